@@ -1,0 +1,140 @@
+"""The corectl command line (typer). Commands parse options and call into corectl.commands."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from corectl.errors import CorectlError
+
+app = typer.Typer(
+    help="Bring DGX nodes from bare OS to a working Slurm GPU cluster, and keep them healthy.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+lab_app = typer.Typer(help="The local stand-in cluster (systemd containers).", no_args_is_help=True)
+app.add_typer(lab_app, name="lab")
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+InventoryOpt = Annotated[
+    str,
+    typer.Option("--inventory", "-i", help="site name under inventories/, or a path to a site directory"),
+]
+
+
+def _site(inventory: str):  # noqa: ANN202 - Site, imported lazily
+    from corectl.site import resolve_site
+
+    return resolve_site(inventory)
+
+
+@app.command()
+def validate(inventory: InventoryOpt) -> None:
+    """Check cluster.yml; print one line per problem (file:line: field: what is wrong)."""
+    from corectl.commands.inventory import validate as run_validate
+
+    cluster = run_validate(_site(inventory))
+    out.print(f"{cluster.config.cluster.name}: cluster.yml is valid ({len(cluster.nodes)} nodes)")
+
+
+@app.command()
+def render(
+    inventory: InventoryOpt,
+    check: Annotated[bool, typer.Option("--check", help="exit 1 if hosts.yml is stale instead of writing it")] = False,
+) -> None:
+    """Write inventories/<site>/hosts.yml from cluster.yml (deterministic)."""
+    from corectl.commands.inventory import render_site
+
+    site = _site(inventory)
+    cluster, changed = render_site(site, check_only=check)
+    state = "up to date" if check or not changed else "written"
+    out.print(f"{site.hosts_file}: {state} ({len(cluster.nodes)} hosts)")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of cluster.yml (for editors)."""
+    from corectl.commands.inventory import schema as make_schema
+
+    out.print(make_schema(), markup=False, soft_wrap=True)
+
+
+@app.command()
+def provision(
+    inventory: InventoryOpt,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="only these hosts/groups (Ansible pattern)")] = None,
+    tags: Annotated[str | None, typer.Option("--tags", "-t", help="only tasks with these tags")] = None,
+    check: Annotated[bool, typer.Option("--check", help="dry run: change nothing")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="show the changes to files")] = False,
+) -> None:
+    """Validate, render and run the site playbook on the site's nodes."""
+    from corectl.commands.provision import provision as run_provision
+
+    result = run_provision(_site(inventory), out, limit=limit, tags=tags, check=check, diff=diff)
+    if not result.ok:
+        failed = ", ".join(result.failed_hosts)
+        if not failed:
+            tail = result.output_tail(1)
+            failed = f"{result.status}: {tail[-1] if tail else 'no output'}"
+        raise CorectlError(f"provision failed: {failed}", exit_code=130 if result.status == "canceled" else 1)
+
+
+@lab_app.command("up")
+def lab_up(
+    inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",
+    nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, max=32, help="DGX stand-ins beside the head")] = 2,
+    subnet: Annotated[str, typer.Option(help="private docker network for the nodes")] = "172.29.10.0/24",
+    ssh_port_base: Annotated[int, typer.Option(help="head's sshd on 127.0.0.1:BASE, dgxNN on BASE+NN")] = 22100,
+) -> None:
+    """Start a head node and N DGX stand-ins and write the lab inventory for them."""
+    from corectl.commands.inventory import render_site
+    from corectl.lab.nodes import LabSpec, up
+
+    site = _site(inventory)
+    started = up(LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base))
+    render_site(site, check_only=False)
+    for node in started:
+        out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
+    out.print(f"lab '{site.name}' is up; next: corectl provision --inventory {inventory}")
+
+
+@lab_app.command("down")
+def lab_down(
+    inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",
+) -> None:
+    """Remove the lab's containers, network, cgroup leftovers and cached facts."""
+    from corectl.lab.nodes import down
+
+    site = _site(inventory)
+    removed = down(site)
+    out.print(f"lab '{site.name}' removed ({len(removed)} nodes)")
+
+
+@lab_app.command("image")
+def lab_image() -> None:
+    """Build the stand-in node image if missing (starting Docker if needed); print its tag."""
+    from corectl.lab.image import ensure_image
+
+    out.print(ensure_image())
+
+
+def main() -> None:
+    """Entry point: user mistakes end as one-line errors with a non-zero exit, never tracebacks."""
+    try:
+        app()
+    except CorectlError as exc:
+        err.print(f"error: {exc}" if "\n" not in str(exc) else str(exc), markup=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

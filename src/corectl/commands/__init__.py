@@ -1,0 +1,1 @@
+"""The operations behind each CLI command (the typer layer in cli.py stays thin)."""

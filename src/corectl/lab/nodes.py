@@ -1,0 +1,352 @@
+"""Start and remove stand-in nodes, and write the lab site's inventory for them."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from corectl.errors import CorectlError
+from corectl.lab.docker import docker, ensure_engine
+from corectl.lab.image import ensure_image
+from corectl.site import Site
+
+# The flags measured to run systemd as PID 1 here (see docs/testing.md); molecule's shared
+# base config (.config/molecule/config.yml) uses the same ones, and a unit test keeps them equal.
+NODE_FLAGS: tuple[str, ...] = (
+    "--cap-add=SYS_ADMIN",
+    "--cap-add=SYS_NICE",
+    "--security-opt=seccomp=unconfined",
+    "--security-opt=apparmor=unconfined",
+    "--cgroupns=host",
+    "--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs=/run",
+    "--tmpfs=/run/lock",
+)
+LABEL = "corectl.lab"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class LabNode:
+    name: str
+    address: str
+    ssh_port: int
+    head: bool
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    site: Site
+    computes: int = 2
+    subnet: str = "172.29.10.0/24"
+    ssh_port_base: int = 22100
+
+    @property
+    def network(self) -> str:
+        return f"corectl-{self.site.name}"
+
+    def container(self, node: str) -> str:
+        return f"corectl-{self.site.name}-{node}"
+
+    def nodes(self) -> list[LabNode]:
+        net = ipaddress.IPv4Network(self.subnet)
+        if net.num_addresses < 16 + self.computes:
+            raise CorectlError(f"--subnet {self.subnet} is too small for {self.computes + 1} nodes")
+        out = [LabNode("head01", str(net.network_address + 10), self.ssh_port_base, True)]
+        for i in range(1, self.computes + 1):
+            out.append(LabNode(f"dgx{i:02d}", str(net.network_address + 10 + i), self.ssh_port_base + i, False))
+        return out
+
+
+def lab_cluster(spec: LabSpec) -> dict:
+    """The lab's cluster.yml: a head node and N DGX stand-ins on one leaf switch."""
+    nodes = spec.nodes()
+    head = nodes[0]
+    computes = [n.name for n in nodes if not n.head]
+    compute_range = f"dgx[01-{len(computes):02d}]" if len(computes) > 1 else computes[0]
+    return {
+        "cluster": {
+            "name": spec.site.name.replace("_", "-"),
+            "domain": "lab.corectl.test",
+            "timezone": "Europe/Berlin",
+            "ntp_servers": [head.address],
+            "ssh": {"user": "root", "key": ".lab/id_ed25519"},
+            "environment": {"CORECTL_SITE": spec.site.name},
+        },
+        "profiles": {
+            "dgx-standin": {
+                "description": "systemd container standing in for a DGX H100 (GPUs simulated)",
+                "sockets": 1,
+                "cores_per_socket": 1,
+                "threads_per_core": 1,
+                "memory_mb": 1024,
+                "scratch": "/raid",
+                "gpus": {"count": 8, "model": "h100", "nvswitch": True, "autodetect": "off"},
+            },
+            "head-standin": {
+                "description": "systemd container standing in for the head node",
+                "sockets": 1,
+                "cores_per_socket": 1,
+                "threads_per_core": 1,
+                "memory_mb": 1024,
+            },
+        },
+        "nodes": [
+            {
+                "name": n.name,
+                "address": n.address,
+                "profile": "head-standin" if n.head else "dgx-standin",
+                "roles": ["slurm_controller", "slurm_dbd", "login", "monitoring"] if n.head else ["compute"],
+                **({} if n.head else {"leaf": "leaf1"}),
+                "ssh": {"host": "127.0.0.1", "port": n.ssh_port},
+            }
+            for n in nodes
+        ],
+        "fabric": {
+            "kind": "infiniband",
+            "rate_gbps": 400,
+            "switches": [{"name": "leaf1"}, {"name": "spine1", "switches": ["leaf1"]}],
+        },
+        "slurm": {
+            "accounting": True,
+            "pam_slurm_adopt": True,
+            "partitions": [{"name": "batch", "nodes": compute_range, "default": True}],
+        },
+        "groups": [{"name": "research", "gid": 20000}, {"name": "hpcadmin", "gid": 20001}],
+        "users": [
+            {"name": "alice", "uid": 20001, "group": "research"},
+            {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
+        ],
+        "monitoring": {"prometheus": True, "scrape_interval": "15s", "retention": "2d"},
+    }
+
+
+# Stand-in containers differ from metal in a few measured ways; the lab's site group_vars
+# say so explicitly (the roles' defaults stay right for real nodes).
+LAB_GROUP_VARS = {
+    # docker bind-mounts /etc/hosts into the container: it can be rewritten, not replaced
+    "base_etc_hosts_unsafe_writes": True,
+    # no CAP_SYS_TIME in a container: chronyd syncs and serves time without setting the clock
+    "base_chrony_control_clock": False,
+    # /proc/sys is read-only in a container: settings are written to sysctl.d, not applied live
+    "base_sysctl_apply": False,
+}
+
+
+def _dump(data: object, header: str) -> str:
+    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
+
+
+def write_inventory(spec: LabSpec) -> None:
+    site = spec.site
+    (site.directory / "group_vars").mkdir(parents=True, exist_ok=True)
+    (site.directory / "host_vars").mkdir(parents=True, exist_ok=True)
+    header = "# Written by `corectl lab up`; `corectl lab up` rewrites it. See docs/testing.md.\n"
+    _write_if_changed(site.cluster_file, _dump(lab_cluster(spec), header))
+    _write_if_changed(site.directory / "group_vars" / "all.yml", _dump(LAB_GROUP_VARS, header))
+    head = spec.nodes()[0]
+    _write_if_changed(
+        site.directory / "host_vars" / f"{head.name}.yml",
+        _dump({"base_chrony_allow": [spec.subnet], "base_chrony_local_stratum": 8}, header),
+    )
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+def ensure_key(site: Site) -> Path:
+    key = site.lab_dir / "id_ed25519"
+    if not key.is_file():
+        site.lab_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"corectl-lab-{site.name}", "-f", str(key)],
+            check=True,
+        )
+    return key
+
+
+def _container_state(name: str) -> str | None:
+    out = docker("ps", "-a", "--filter", f"name=^{name}$", "--format", "{{.State}}").strip()
+    return out or None
+
+
+def _ensure_network(spec: LabSpec) -> None:
+    existing = docker("network", "ls", "--filter", f"name=^{spec.network}$", "--format", "{{.Name}}").strip()
+    if existing:
+        subnet = docker(
+            "network", "inspect", spec.network, "--format", "{{range .IPAM.Config}}{{.Subnet}}{{end}}"
+        ).strip()
+        if subnet != spec.subnet:
+            raise CorectlError(
+                f"docker network {spec.network} exists with subnet {subnet}, not {spec.subnet}; run corectl lab down"
+            )
+        return
+    docker("network", "create", "--subnet", spec.subnet, "--label", f"{LABEL}={spec.site.name}", spec.network)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _start_node(spec: LabSpec, node: LabNode, image: str) -> None:
+    name = spec.container(node.name)
+    state = _container_state(name)
+    if state == "running":
+        return
+    if state is not None:
+        docker("start", name)
+        return
+    if not _port_free(node.ssh_port):
+        raise CorectlError(f"127.0.0.1:{node.ssh_port} is taken; choose another --ssh-port-base")
+    docker(
+        "run",
+        "--detach",
+        f"--name={name}",
+        f"--hostname={node.name}",
+        f"--network={spec.network}",
+        f"--ip={node.address}",
+        f"--publish=127.0.0.1:{node.ssh_port}:22",
+        f"--label={LABEL}={spec.site.name}",
+        f"--label=corectl.node={node.name}",
+        *NODE_FLAGS,
+        image,
+        "/sbin/init",
+    )
+
+
+def _wait_booted(container: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = docker("exec", container, "systemctl", "is-system-running", check=False).strip()
+        if state in ("running", "degraded"):
+            if _exec_ok(container, "test", "-s", "/etc/ssh/ssh_host_ed25519_key.pub") and _exec_ok(
+                container, "systemctl", "is-active", "--quiet", "ssh"
+            ):
+                return
+        time.sleep(1)
+    raise CorectlError(f"{container} did not finish booting in {timeout:.0f}s (systemd state: {state or 'unknown'})")
+
+
+def _exec_ok(container: str, *argv: str) -> bool:
+    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, check=False).returncode == 0
+
+
+def _authorize(container: str, public_key: str) -> None:
+    docker("exec", container, "install", "-d", "-m", "0700", "/root/.ssh")
+    docker(
+        "exec",
+        "-i",
+        container,
+        "sh",
+        "-c",
+        "cat > /root/.ssh/authorized_keys && chmod 0600 /root/.ssh/authorized_keys",
+        input_bytes=public_key.encode(),
+    )
+
+
+def _record_host_keys(spec: LabSpec) -> None:
+    """known_hosts entries read out of band (docker exec), so SSH checks host keys from the start."""
+    site = spec.site
+    lines = []
+    kept_prefixes = {f"[127.0.0.1]:{n.ssh_port} " for n in spec.nodes()}
+    if site.known_hosts.is_file():
+        lines = [
+            line
+            for line in site.known_hosts.read_text().splitlines()
+            if not any(line.startswith(prefix) for prefix in kept_prefixes)
+        ]
+    for node in spec.nodes():
+        key = docker("exec", spec.container(node.name), "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()
+        lines.append(f"[127.0.0.1]:{node.ssh_port} {key[0]} {key[1]}")
+    site.known_hosts.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _check_ssh(spec: LabSpec, key: Path) -> None:
+    if shutil.which("ssh") is None:
+        raise CorectlError("the ssh client is missing on this machine (apt-get install openssh-client)")
+    for node in spec.nodes():
+        for _attempt in range(10):
+            proc = subprocess.run(
+                [
+                    "ssh", "-i", str(key), "-p", str(node.ssh_port),
+                    "-o", f"UserKnownHostsFile={spec.site.known_hosts}",
+                    "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+                    "root@127.0.0.1", "true",
+                ],
+                capture_output=True,
+                check=False,
+            )  # fmt: skip
+            if proc.returncode == 0:
+                break
+            time.sleep(1)
+        else:
+            detail = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise CorectlError(f"ssh to {node.name} (127.0.0.1:{node.ssh_port}) failed: {detail[-1] if detail else ''}")
+
+
+def up(spec: LabSpec) -> list[LabNode]:
+    ensure_engine()
+    image = ensure_image()
+    key = ensure_key(spec.site)
+    public_key = key.with_suffix(".pub").read_text()
+    spec.site.directory.mkdir(parents=True, exist_ok=True)
+    _ensure_network(spec)
+    nodes = spec.nodes()
+    for node in nodes:
+        _start_node(spec, node, image)
+    for node in nodes:
+        container = spec.container(node.name)
+        _wait_booted(container)
+        _authorize(container, public_key)
+    _record_host_keys(spec)
+    _check_ssh(spec, key)
+    write_inventory(spec)
+    return nodes
+
+
+def running_nodes(site: Site) -> list[str]:
+    out = docker("ps", "-a", "--filter", f"label={LABEL}={site.name}", "--format", '{{.Label "corectl.node"}}')
+    return sorted(line for line in out.split() if line)
+
+
+def remove_slurm_cgroups(node_names: list[str], cgroup_root: Path = CGROUP_ROOT) -> int:
+    """Slurm in a --cgroupns=host container leaves /slurm_<node> trees in the host's cgroups."""
+    removed = 0
+    for name in node_names:
+        for tree in cgroup_root.glob(f"*/slurm_{name}"):
+            for directory in sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                directory.rmdir()
+            tree.rmdir()
+            removed += 1
+    return removed
+
+
+def down(site: Site) -> list[str]:
+    ensure_engine()
+    names = running_nodes(site)
+    containers = docker("ps", "-aq", "--filter", f"label={LABEL}={site.name}").split()
+    if containers:
+        docker("rm", "--force", "--volumes", *containers)
+    networks = docker("network", "ls", "-q", "--filter", f"label={LABEL}={site.name}").split()
+    if networks:
+        docker("network", "rm", *networks)
+    remove_slurm_cgroups(names)
+    if site.facts_dir.is_dir():
+        shutil.rmtree(site.facts_dir)
+    return names

@@ -1,0 +1,204 @@
+"""The cluster description (cluster.yml) as typed models.
+
+Only shape and per-field rules live here; rules that span sections (references, uniqueness,
+topology) live in ``checks.py`` so each error can name the exact field that is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+Role = Literal["slurm_controller", "slurm_dbd", "login", "compute", "monitoring"]
+ROLES: tuple[str, ...] = ("slurm_controller", "slurm_dbd", "login", "compute", "monitoring")
+
+Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$", max_length=63)]
+HostExpr = Annotated[str, StringConstraints(pattern=r"^[a-z0-9\[\],-]+$", min_length=1)]
+AbsPath = Annotated[str, StringConstraints(pattern=r"^/\S*$")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class Strict(BaseModel):
+    """Every section rejects unknown keys: a typo must never pass silently."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+
+
+class SshAccess(Strict):
+    """How corectl reaches nodes by default."""
+
+    user: str = Field("root", description="SSH login user on the nodes")
+    key: str | None = Field(
+        None, description="private key file; relative paths are relative to the inventory directory"
+    )
+    port: Port = Field(22, description="SSH port on the nodes")
+    jump_host: str | None = Field(None, description="optional ProxyJump, e.g. admin@bastion:22")
+
+
+class NodeSsh(Strict):
+    """Per-node override of how corectl reaches the node (not how nodes reach each other)."""
+
+    host: str | None = Field(None, description="address corectl connects to (default: the node's address)")
+    port: Port | None = None
+    user: str | None = None
+    jump_host: str | None = None
+
+
+class ClusterSettings(Strict):
+    name: Identifier = Field(description="cluster name (Slurm ClusterName)")
+    domain: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")]
+    timezone: str = "Etc/UTC"
+    ntp_servers: list[str] = Field(min_length=1, description="NTP servers every node syncs from")
+    ssh: SshAccess = Field(default_factory=SshAccess)
+    environment: dict[EnvName, str] = Field(
+        default_factory=dict, description="variables set for every login session (/etc/environment)"
+    )
+
+
+class GpuSpec(Strict):
+    count: Annotated[int, Field(ge=1, le=64)]
+    model: Identifier = Field(description="GRES type, e.g. h100")
+    nvswitch: bool = False
+    autodetect: Literal["off", "nvml"] = Field("off", description="gres.conf AutoDetect")
+
+
+class Profile(Strict):
+    """A hardware profile shared by many nodes (numbers as `slurmd -C` reports them)."""
+
+    description: str = ""
+    sockets: Annotated[int, Field(ge=1)]
+    cores_per_socket: Annotated[int, Field(ge=1)]
+    threads_per_core: Annotated[int, Field(ge=1, le=8)] = 1
+    memory_mb: Annotated[int, Field(ge=256, description="Slurm RealMemory in MiB")]
+    gpus: GpuSpec | None = None
+    scratch: AbsPath | None = Field(None, description="local scratch directory, e.g. /raid")
+
+
+class NodeEntry(Strict):
+    """One node, or a range of nodes such as ``dgx[01-12]`` with a start address."""
+
+    name: HostExpr
+    address: str = Field(description="cluster address, or first address of a range")
+    profile: str
+    roles: list[Role] = Field(min_length=1)
+    rack: str | None = None
+    leaf: str | None = Field(None, description="leaf switch of the compute fabric")
+    ssh: NodeSsh | None = None
+
+
+class Switch(Strict):
+    name: Identifier
+    switches: list[Identifier] = Field(
+        default_factory=list, description="switches below this one (empty for a leaf switch)"
+    )
+
+
+class Fabric(Strict):
+    kind: Literal["infiniband", "ethernet"] = "infiniband"
+    rate_gbps: Annotated[int, Field(ge=1)] = 400
+    switches: list[Switch] = Field(min_length=1)
+
+
+class Partition(Strict):
+    name: Identifier
+    nodes: HostExpr
+    default: bool = False
+    max_time: Annotated[str, StringConstraints(pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2})$")] = (
+        "INFINITE"
+    )
+    max_nodes: Annotated[int, Field(ge=1)] | None = None
+    allow_groups: list[str] = Field(default_factory=list)
+
+
+class Slurm(Strict):
+    accounting: bool = True
+    pam_slurm_adopt: bool = True
+    partitions: list[Partition] = Field(min_length=1)
+
+
+class Group(Strict):
+    name: Identifier
+    gid: Annotated[int, Field(ge=1000, le=60000)]
+
+
+class User(Strict):
+    name: Identifier
+    uid: Annotated[int, Field(ge=1000, le=60000)]
+    group: str = Field(description="primary group")
+    groups: list[str] = Field(default_factory=list, description="supplementary groups")
+    ssh_keys: list[str] = Field(default_factory=list)
+    admin: bool = False
+    shell: AbsPath = "/bin/bash"
+    state: Literal["present", "absent"] = "present"
+
+
+class CephMount(Strict):
+    fs_name: Identifier
+    path: AbsPath = "/"
+    mountpoint: AbsPath
+    client: Identifier = Field(description="cephx client id (without 'client.')")
+    fuse: bool = False
+    options: list[str] = Field(default_factory=lambda: ["noatime"])
+
+
+class Cephfs(Strict):
+    monitors: list[str] = Field(min_length=1, description="monitor addresses, host:port")
+    mounts: list[CephMount] = Field(default_factory=list)
+
+
+class Monitoring(Strict):
+    prometheus: bool = True
+    scrape_interval: Annotated[str, StringConstraints(pattern=r"^\d+[smh]$")] = "30s"
+    retention: Annotated[str, StringConstraints(pattern=r"^\d+[hdwy]$")] = "15d"
+
+
+class ClusterConfig(Strict):
+    """The whole of inventories/<site>/cluster.yml."""
+
+    cluster: ClusterSettings
+    profiles: dict[Identifier, Profile] = Field(min_length=1)
+    nodes: list[NodeEntry] = Field(min_length=1)
+    fabric: Fabric | None = None
+    slurm: Slurm
+    groups: list[Group] = Field(default_factory=list)
+    users: list[User] = Field(default_factory=list)
+    cephfs: Cephfs | None = None
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+
+
+class Node(BaseModel):
+    """One concrete node after range expansion; ``source`` is its entry's index in ``nodes``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    address: str
+    profile: str
+    roles: tuple[str, ...]
+    rack: str | None
+    leaf: str | None
+    ssh_host: str
+    ssh_port: int
+    ssh_user: str
+    jump_host: str | None
+    source: int
+
+
+class Cluster(BaseModel):
+    """A validated cluster: the declaration plus its expanded, name-sorted nodes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    config: ClusterConfig
+    nodes: tuple[Node, ...]
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def with_role(self, role: str) -> list[Node]:
+        return [n for n in self.nodes if role in n.roles]

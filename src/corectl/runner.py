@@ -1,0 +1,245 @@
+"""The one boundary to ansible-runner: how a playbook run is set up, watched and recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from corectl.site import Site
+
+KEEP_RUNS = 30
+EventSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What to run: a playbook of the project against a site, plus the operator's options."""
+
+    site: Site
+    playbook: str = "site.yml"
+    command: str = "provision"
+    limit: str | None = None
+    tags: str | None = None
+    check: bool = False
+    diff: bool = False
+    extravars: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    hosts: dict[str, HostStats]
+    artifact_dir: Path
+    elapsed: float
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.failed or s.unreachable)
+
+    def output_tail(self, lines: int = 5) -> list[str]:
+        """The last lines Ansible printed (for runs that failed before any host ran)."""
+        text = ""
+        for name in ("stdout", "stderr"):
+            path = self.artifact_dir / name
+            if path.is_file():
+                text += path.read_text(encoding="utf-8", errors="replace")
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
+    @property
+    def changed(self) -> int:
+        return sum(s.changed for s in self.hosts.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0 and not self.failed_hosts
+
+
+def default_forks() -> int:
+    """Ansible forks wait on the network far more than on the CPU: ten per core, 5 to 100."""
+    return max(5, min(100, (os.cpu_count() or 2) * 10))
+
+
+def shared_inventory(private_dir: Path, root: Path) -> Path:
+    """An empty inventory whose group_vars/ is the project's shared group_vars/.
+
+    Ansible reads group_vars/ beside each inventory source and later sources win, so passing
+    this one first and the site's hosts.yml second layers: role defaults < shared group_vars/
+    < inventories/<site>/group_vars/ < inventories/<site>/host_vars/.
+    """
+    directory = private_dir / "shared"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text("all: {}\n", encoding="utf-8")
+    (directory / "group_vars").symlink_to(root / "group_vars", target_is_directory=True)
+    return directory / "hosts.yml"
+
+
+def ssh_extra_args(site: Site) -> str:
+    """Host keys are always checked, against the site's own known_hosts file."""
+    return shlex.join(
+        ["-o", f"UserKnownHostsFile={site.known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+    )
+
+
+def runner_kwargs(request: RunRequest, private_dir: Path, ident: str) -> dict[str, Any]:
+    """Everything handed to ansible_runner.run, minus the callbacks (unit-tested)."""
+    site = request.site
+    cmdline = []
+    if request.check:
+        cmdline.append("--check")
+    if request.diff:
+        cmdline.append("--diff")
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(private_dir),
+        "project_dir": str(site.root),
+        "playbook": str(site.root / "playbooks" / request.playbook),
+        "inventory": [str(shared_inventory(private_dir, site.root)), str(site.hosts_file)],
+        "artifact_dir": str(site.runs_dir),
+        "ident": ident,
+        "rotate_artifacts": KEEP_RUNS,
+        "fact_cache_type": "jsonfile",
+        "fact_cache": str(site.facts_dir),
+        "forks": default_forks(),
+        "quiet": True,
+        "envvars": {
+            "ANSIBLE_CONFIG": str(site.root / "ansible.cfg"),
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site),
+            "ANSIBLE_FORCE_COLOR": "False",
+            # ansible-playbook comes with corectl's Python environment, on PATH or not
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        },
+    }
+    if request.limit:
+        kwargs["limit"] = request.limit
+    if request.tags:
+        kwargs["tags"] = request.tags
+    if cmdline:
+        kwargs["cmdline"] = shlex.join(cmdline)
+    if request.extravars:
+        kwargs["extravars"] = dict(request.extravars)
+    return kwargs
+
+
+def new_ident() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{os.getpid()}"
+
+
+def stats_from_event(event_data: dict[str, Any]) -> dict[str, HostStats]:
+    """Per-host numbers from a playbook_on_stats event (failures + dark = failed/unreachable)."""
+    keys = {
+        "ok": "ok",
+        "changed": "changed",
+        "failures": "failed",
+        "dark": "unreachable",
+        "skipped": "skipped",
+        "rescued": "rescued",
+        "ignored": "ignored",
+    }
+    hosts: dict[str, HostStats] = {}
+    for source, target in keys.items():
+        for host, count in (event_data.get(source) or {}).items():
+            setattr(hosts.setdefault(host, HostStats()), target, int(count))
+    return hosts
+
+
+class _Cancel:
+    """Our own Ctrl-C handling: the first SIGINT asks ansible-runner to stop cleanly."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._previous: Any = None
+
+    def __enter__(self) -> _Cancel:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
+        self.requested.set()
+
+    def __call__(self) -> bool:
+        return self.requested.is_set()
+
+
+def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResult:
+    """Run a playbook; ``sink`` sees every event (for live progress). Records corectl.json."""
+    import ansible_runner  # heavy import, only when a run happens
+
+    site = request.site
+    site.runs_dir.mkdir(parents=True, exist_ok=True)
+    site.facts_dir.mkdir(parents=True, exist_ok=True)
+    site.known_hosts.touch(exist_ok=True)
+    ident = new_ident()
+    collected: dict[str, HostStats] = {}
+    started = time.monotonic()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    def on_event(event: dict[str, Any]) -> bool:
+        if event.get("event") == "playbook_on_stats":
+            collected.update(stats_from_event(event.get("event_data", {})))
+        if sink is not None:
+            sink(event)
+        return True  # keep the event: ansible-runner drops it (and the stats) otherwise
+
+    with tempfile.TemporaryDirectory(prefix="corectl-run-") as tmp, _Cancel() as cancel:
+        kwargs = runner_kwargs(request, Path(tmp), ident)
+        result = ansible_runner.run(**kwargs, event_handler=on_event, cancel_callback=cancel)
+        status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
+        if cancel.requested.is_set():
+            status, rc = "canceled", 130
+    run = RunResult(
+        status=status,
+        rc=rc,
+        hosts=collected,
+        artifact_dir=site.runs_dir / ident,
+        elapsed=time.monotonic() - started,
+    )
+    record(request, run, started_at)
+    return run
+
+
+def record(request: RunRequest, run: RunResult, started_at: str) -> None:
+    """corectl.json beside ansible-runner's artifacts: what `corectl runs` will list."""
+    run.artifact_dir.mkdir(parents=True, exist_ok=True)
+    data = {
+        "command": request.command,
+        "playbook": request.playbook,
+        "limit": request.limit,
+        "tags": request.tags,
+        "check": request.check,
+        "started": started_at,
+        "elapsed_s": round(run.elapsed, 1),
+        "status": run.status,
+        "rc": run.rc,
+        "hosts": {host: asdict(stats) for host, stats in sorted(run.hosts.items())},
+    }
+    (run.artifact_dir / "corectl.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

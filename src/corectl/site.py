@@ -1,0 +1,81 @@
+"""Where things live: the project (playbooks, roles, shared group_vars) and a site's inventory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from corectl.errors import CorectlError
+
+
+def _is_project(path: Path) -> bool:
+    return (path / "playbooks" / "site.yml").is_file() and (path / "roles").is_dir()
+
+
+def project_root() -> Path:
+    """CORECTL_ROOT, else the nearest directory up from here holding playbooks/ and roles/."""
+    env = os.environ.get("CORECTL_ROOT")
+    if env:
+        root = Path(env).resolve()
+        if not _is_project(root):
+            raise CorectlError(f"CORECTL_ROOT={env} holds no playbooks/site.yml and roles/")
+        return root
+    for candidate in (Path.cwd(), *Path.cwd().parents):
+        if _is_project(candidate):
+            return candidate
+    packaged = Path(__file__).resolve().parents[2]
+    if _is_project(packaged):
+        return packaged
+    raise CorectlError("cannot find the corectl project (playbooks/site.yml); run inside it or set CORECTL_ROOT")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One site: inventories/<name>/ with cluster.yml and everything corectl keeps for it."""
+
+    root: Path
+    directory: Path
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.directory / "cluster.yml"
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.directory / "hosts.yml"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.directory / ".runs"
+
+    @property
+    def facts_dir(self) -> Path:
+        return self.directory / ".facts"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.directory / "known_hosts"
+
+    @property
+    def lab_dir(self) -> Path:
+        return self.directory / ".lab"
+
+
+def resolve_site(inventory: str, root: Path | None = None) -> Site:
+    """``--inventory core`` means <root>/inventories/core; a path (with '/') is taken as given."""
+    base = root or project_root()
+    if "/" in inventory or inventory in (".", ".."):
+        directory = Path(inventory).expanduser().resolve()
+    else:
+        directory = base / "inventories" / inventory
+    return Site(root=base, directory=directory)
+
+
+def require_cluster_file(site: Site) -> None:
+    if not site.cluster_file.is_file():
+        raise CorectlError(f"{site.cluster_file}: not found (no site '{site.name}')", exit_code=2)
