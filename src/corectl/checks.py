@@ -43,7 +43,9 @@ def expand_nodes(config: ClusterConfig, problems: list[Problem]) -> list[Node]:
         override = entry.ssh
         if override is not None and override.host is not None and len(names) > 1:
             problems.append(
-                Problem(("nodes", index, "ssh", "host"), "a node range cannot share one ssh host; list the nodes singly")
+                Problem(
+                    ("nodes", index, "ssh", "host"), "a node range cannot share one ssh host; list the nodes singly"
+                )
             )
             continue
         for name, address in zip(names, addresses, strict=True):

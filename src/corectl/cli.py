@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
-from corectl.errors import CorectlError
+from corectl.errors import CorectlError, ValidationFailed
+
+err = Console(stderr=True, highlight=False)
+
+
+class _Group(TyperGroup):
+    """User mistakes end as one-line errors with a non-zero exit, never as tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ValidationFailed as exc:
+            err.print(str(exc), markup=False, soft_wrap=True)
+            raise SystemExit(exc.exit_code) from None
+        except CorectlError as exc:
+            err.print(f"error: {exc}", markup=False, soft_wrap=True)
+            raise SystemExit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise SystemExit(130) from None
+
 
 app = typer.Typer(
+    cls=_Group,
     help="Bring DGX nodes from bare OS to a working Slurm GPU cluster, and keep them healthy.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -19,8 +41,7 @@ app = typer.Typer(
 lab_app = typer.Typer(help="The local stand-in cluster (systemd containers).", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
 
 InventoryOpt = Annotated[
     str,
@@ -68,7 +89,9 @@ def schema() -> None:
 @app.command()
 def provision(
     inventory: InventoryOpt,
-    limit: Annotated[str | None, typer.Option("--limit", "-l", help="only these hosts/groups (Ansible pattern)")] = None,
+    limit: Annotated[
+        str | None, typer.Option("--limit", "-l", help="only these hosts/groups (Ansible pattern)")
+    ] = None,
     tags: Annotated[str | None, typer.Option("--tags", "-t", help="only tasks with these tags")] = None,
     check: Annotated[bool, typer.Option("--check", help="dry run: change nothing")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="show the changes to files")] = False,
@@ -125,15 +148,7 @@ def lab_image() -> None:
 
 
 def main() -> None:
-    """Entry point: user mistakes end as one-line errors with a non-zero exit, never tracebacks."""
-    try:
-        app()
-    except CorectlError as exc:
-        err.print(f"error: {exc}" if "\n" not in str(exc) else str(exc), markup=False)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+    app()
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ def _split_top(expr: str) -> list[str]:
 
 def _expand_body(body: str, expr: str) -> list[str]:
     values: list[str] = []
-    for item in body.split(","):
-        item = item.strip()
+    for raw in body.split(","):
+        item = raw.strip()
         if re.fullmatch(r"\d+", item):
             values.append(item)
             continue
@@ -101,14 +101,14 @@ def compress(names: list[str]) -> str:
             continue
         groups.setdefault((match.group(1), len(match.group(2))), []).append(int(match.group(2)))
     out = list(plain)
-    for (prefix, width), numbers in groups.items():
-        numbers = sorted(set(numbers))
+    for (prefix, width), found in groups.items():
+        numbers = sorted(set(found))
         if len(numbers) == 1:
             out.append(f"{prefix}{numbers[0]:0{width}d}")
             continue
         runs: list[str] = []
         begin = prev = numbers[0]
-        for n in numbers[1:] + [None]:  # type: ignore[list-item]
+        for n in [*numbers[1:], None]:
             if n is not None and n == prev + 1:
                 prev = n
                 continue

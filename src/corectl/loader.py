@@ -65,10 +65,8 @@ def _message(error: Any, loc: PathKey) -> str:
         hint = ""
         if model is not None:
             close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
-            if close:
-                hint = f" (did you mean '{close[0]}'?)"
-            else:
-                hint = f" (allowed: {', '.join(model.model_fields)})"
+            allowed = f" (allowed: {', '.join(model.model_fields)})"
+            hint = f" (did you mean '{close[0]}'?)" if close else allowed
         return f"unknown key{hint}"
     if kind == "missing":
         return "required key is missing"
@@ -80,11 +78,11 @@ def _message(error: Any, loc: PathKey) -> str:
 
 
 def _pydantic_problems(source: Source, exc: ValidationError) -> list[str]:
-    lines = []
+    found: list[tuple[int, str]] = []
     for error in exc.errors():
         loc: PathKey = tuple(part for part in error["loc"] if isinstance(part, str | int))
-        lines.append(source.error(loc, _message(error, loc)))
-    return lines
+        found.append((source.line(loc), source.error(loc, _message(error, loc))))
+    return [text for _, text in sorted(found, key=lambda item: item[0])]
 
 
 def cluster_file(inventory: Path) -> Path:
@@ -111,5 +109,6 @@ def load_cluster(inventory: Path, display_root: Path | None = None) -> Cluster:
     nodes = checks.expand_nodes(config, problems)
     problems += checks.check(config, nodes)
     if problems:
-        raise ValidationFailed([source.error(p.path, p.message) for p in problems])
+        ordered = sorted(problems, key=lambda p: source.line(p.path))
+        raise ValidationFailed([source.error(p.path, p.message) for p in ordered])
     return Cluster(config=config, nodes=tuple(sorted(nodes, key=lambda n: n.name)))

@@ -105,9 +105,7 @@ class Partition(Strict):
     name: Identifier
     nodes: HostExpr
     default: bool = False
-    max_time: Annotated[str, StringConstraints(pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2})$")] = (
-        "INFINITE"
-    )
+    max_time: Annotated[str, StringConstraints(pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2})$")] = "INFINITE"
     max_nodes: Annotated[int, Field(ge=1)] | None = None
     allow_groups: list[str] = Field(default_factory=list)
 

@@ -67,8 +67,7 @@ def cluster_vars(cluster: Cluster) -> dict[str, Any]:
         "ansible_user": ssh.user,
         "corectl_cluster": config.cluster.model_dump(exclude={"ssh"}),
         "corectl_nodes": [
-            {"name": n.name, "address": n.address, "profile": n.profile, "roles": list(n.roles)}
-            for n in cluster.nodes
+            {"name": n.name, "address": n.address, "profile": n.profile, "roles": list(n.roles)} for n in cluster.nodes
         ],
         "corectl_slurm": {
             "accounting": config.slurm.accounting,

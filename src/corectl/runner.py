@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -99,9 +100,13 @@ def shared_inventory(private_dir: Path, root: Path) -> Path:
 
 def ssh_extra_args(site: Site) -> str:
     """Host keys are always checked, against the site's own known_hosts file."""
-    return shlex.join(
-        ["-o", f"UserKnownHostsFile={site.known_hosts}", "-o", "StrictHostKeyChecking=yes"]
-    )
+    return shlex.join(["-o", f"UserKnownHostsFile={site.known_hosts}", "-o", "StrictHostKeyChecking=yes"])
+
+
+def control_path_dir(site: Site) -> Path:
+    """SSH ControlPersist sockets, one short directory per site (socket paths must stay short)."""
+    digest = hashlib.sha1(str(site.directory).encode(), usedforsecurity=False).hexdigest()[:10]
+    return Path.home() / ".ansible" / "cp" / f"corectl-{digest}"
 
 
 def runner_kwargs(request: RunRequest, private_dir: Path, ident: str) -> dict[str, Any]:
@@ -128,6 +133,7 @@ def runner_kwargs(request: RunRequest, private_dir: Path, ident: str) -> dict[st
             "ANSIBLE_CONFIG": str(site.root / "ansible.cfg"),
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir(site)),
             "ANSIBLE_FORCE_COLOR": "False",
             # ansible-playbook comes with corectl's Python environment, on PATH or not
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
@@ -145,7 +151,7 @@ def runner_kwargs(request: RunRequest, private_dir: Path, ident: str) -> dict[st
 
 
 def new_ident() -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{os.getpid()}"
 
 
@@ -201,7 +207,7 @@ def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResul
     ident = new_ident()
     collected: dict[str, HostStats] = {}
     started = time.monotonic()
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     def on_event(event: dict[str, Any]) -> bool:
         if event.get("event") == "playbook_on_stats":

@@ -65,14 +65,10 @@ def _plain(node: Any, path: PathKey, lines: dict[PathKey, int]) -> Any:
                 lines[child] = position[0] + 1
             items.append(_plain(value, child, lines))
         return items
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
+    # ruamel's scalar subclasses (ScalarInt, ScalarFloat, quoted strings) become builtins
+    for kind in (bool, int, float, str):
+        if isinstance(node, kind):
+            return kind(node)
     return node
 
 

@@ -22,9 +22,7 @@ def provision(
     command: str = "provision",
 ) -> RunResult:
     render_site(site, check_only=False)
-    request = RunRequest(
-        site=site, playbook=playbook, command=command, limit=limit, tags=tags, check=check, diff=diff
-    )
+    request = RunRequest(site=site, playbook=playbook, command=command, limit=limit, tags=tags, check=check, diff=diff)
     with LiveProgress(console, f"{command} {site.name}") as progress:
         result = run_playbook(request, sink=progress)
     console.print(summary_table(result))

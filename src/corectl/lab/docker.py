@@ -15,9 +15,7 @@ DOCKERD_LOG = Path("/var/log/corectl-dockerd.log")
 
 def docker(*args: str, check: bool = True, input_bytes: bytes | None = None) -> str:
     """Run ``docker ARGS`` and return stdout; raise a one-line CorectlError on failure."""
-    proc = subprocess.run(
-        ["docker", *args], input=input_bytes, capture_output=True, check=False
-    )
+    proc = subprocess.run(["docker", *args], input=input_bytes, capture_output=True, check=False)
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
         detail = err[-1] if err else f"exit {proc.returncode}"
@@ -47,9 +45,7 @@ def ensure_engine(timeout: float = 90.0) -> None:
     if os.geteuid() != 0:
         raise CorectlError("the Docker engine is not running and starting it needs root")
     with DOCKERD_LOG.open("ab") as log:
-        subprocess.Popen(  # noqa: S603 - fixed argv
-            ["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+        subprocess.Popen(["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if engine_ready():

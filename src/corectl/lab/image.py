@@ -76,7 +76,7 @@ def image_tag() -> str:
 
 def host_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
     """The Debian mirror this machine's apt already uses (images must use a reachable one)."""
-    candidates = sorted(sources_dir.glob("sources.list.d/*.sources")) + [sources_dir / "sources.list"]
+    candidates = [*sorted(sources_dir.glob("sources.list.d/*.sources")), sources_dir / "sources.list"]
     for path in candidates:
         if not path.is_file():
             continue

@@ -234,11 +234,9 @@ def _wait_booted(container: str, timeout: float = 90.0) -> None:
     state = ""
     while time.monotonic() < deadline:
         state = docker("exec", container, "systemctl", "is-system-running", check=False).strip()
-        if state in ("running", "degraded"):
-            if _exec_ok(container, "test", "-s", "/etc/ssh/ssh_host_ed25519_key.pub") and _exec_ok(
-                container, "systemctl", "is-active", "--quiet", "ssh"
-            ):
-                return
+        booted = state in ("running", "degraded")
+        if booted and _exec_ok(container, "systemctl", "is-active", "--quiet", "ssh"):
+            return
         time.sleep(1)
     raise CorectlError(f"{container} did not finish booting in {timeout:.0f}s (systemd state: {state or 'unknown'})")
 

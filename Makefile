@@ -1,0 +1,43 @@
+# corectl: the two commands of the README are `make lab` and `make test`.
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+PYTHON ?= python3
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+
+.PHONY: setup lab lab-down test lint pytest molecule image
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# Start the stand-in cluster (Docker engine and base image included) and provision it.
+lab: setup
+	corectl lab up --inventory lab
+	corectl provision --inventory lab
+
+lab-down: setup
+	corectl lab down --inventory lab
+
+# Every test: linters, pytest (unit + end-to-end on a stand-in lab), molecule per role.
+test: lint pytest molecule
+
+lint: setup
+	ruff check src tests
+	ruff format --check src tests
+	ansible-lint
+
+image: setup
+	corectl lab image
+
+pytest: image
+	pytest -ra
+
+molecule: image
+	@set -e; image=$$(corectl lab image); for s in $(MOLECULE_SCENARIOS); do \
+	  echo "=== molecule test -s $$s"; CORECTL_NODE_IMAGE=$$image molecule test -s $$s; \
+	  echo "=== molecule scenario $$s: passed"; done

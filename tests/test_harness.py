@@ -1,0 +1,69 @@
+"""The stand-in harness: molecule and the lab run nodes from the same image with the same flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from corectl.lab import image
+from corectl.lab.nodes import NODE_FLAGS, LabSpec, lab_cluster, remove_slurm_cgroups
+from corectl.site import Site
+
+
+def _platform_flags(platform: dict) -> set[str]:
+    flags = {f"--cap-add={cap}" for cap in platform["capabilities"]}
+    flags |= {f"--security-opt={opt}" for opt in platform["security_opts"]}
+    flags.add(f"--cgroupns={platform['cgroupns_mode']}")
+    flags |= {f"--volume={vol}" for vol in platform["volumes"]}
+    flags |= {f"--tmpfs={path}" for path in platform["tmpfs"]}
+    return flags
+
+
+def test_every_molecule_platform_uses_the_lab_flags(root: Path):
+    scenarios = sorted((root / "molecule").glob("*/molecule.yml"))
+    assert scenarios
+    for scenario in scenarios:
+        for platform in yaml.safe_load(scenario.read_text())["platforms"]:
+            assert _platform_flags(platform) == set(NODE_FLAGS), f"{scenario}: {platform['name']}"
+            assert platform["command"] == "/sbin/init"
+            assert platform["image"].startswith("${CORECTL_NODE_IMAGE")
+
+
+def test_image_tag_is_keyed_on_the_recipe(monkeypatch):
+    tag = image.image_tag()
+    assert tag == image.image_tag()
+    monkeypatch.setattr(image, "PACKAGES", (*image.PACKAGES, "vim"))
+    assert image.image_tag() != tag
+
+
+def test_host_mirror_reads_deb822_sources(tmp_path: Path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n"
+    )
+    assert image.host_mirror(tmp_path) == "http://mirror.example/debian"
+    assert image.host_mirror(tmp_path / "none") == image.DEFAULT_MIRROR
+
+
+def test_lab_cluster_is_valid_and_addresses_follow_the_subnet(tmp_path: Path, root: Path):
+    from corectl.loader import load_cluster
+
+    site = Site(root=root, directory=tmp_path / "lab3")
+    site.directory.mkdir()
+    spec = LabSpec(site=site, computes=3, subnet="172.29.99.0/24", ssh_port_base=23000)
+    (site.directory / "cluster.yml").write_text(yaml.safe_dump(lab_cluster(spec)))
+    cluster = load_cluster(site.directory)
+    assert [n.name for n in cluster.nodes] == ["dgx01", "dgx02", "dgx03", "head01"]
+    assert cluster.node("dgx03").address == "172.29.99.13"
+    assert (cluster.node("dgx03").ssh_host, cluster.node("dgx03").ssh_port) == ("127.0.0.1", 23003)
+
+
+def test_remove_slurm_cgroups_removes_nested_trees(tmp_path: Path):
+    tree = tmp_path / "memory" / "slurm_dgx01" / "uid_0" / "job_1"
+    tree.mkdir(parents=True)
+    other = tmp_path / "memory" / "slurm_other"
+    other.mkdir()
+    assert remove_slurm_cgroups(["dgx01"], tmp_path) == 1
+    assert not (tmp_path / "memory" / "slurm_dgx01").exists()
+    assert other.exists()

@@ -1,0 +1,30 @@
+import pytest
+
+from corectl.hostlist import HostlistError, compress, expand, expand_addresses
+
+
+def test_expand_ranges_and_lists():
+    assert expand("dgx[01-03]") == ["dgx01", "dgx02", "dgx03"]
+    assert expand("dgx[08-10,12],head01") == ["dgx08", "dgx09", "dgx10", "dgx12", "head01"]
+    assert expand("n[9-11]") == ["n9", "n10", "n11"]
+
+
+@pytest.mark.parametrize("bad", ["dgx[03-01]", "dgx[01-", "dgx[a-b]", "a[1-2]b[1-2]", ""])
+def test_expand_rejects_malformed(bad):
+    with pytest.raises(HostlistError):
+        expand(bad)
+
+
+def test_addresses_from_start_or_range():
+    assert expand_addresses("10.0.0.254", 3) == ["10.0.0.254", "10.0.0.255", "10.0.1.0"]
+    assert expand_addresses("10.0.1.[11-12]", 2) == ["10.0.1.11", "10.0.1.12"]
+    with pytest.raises(HostlistError):
+        expand_addresses("10.0.1.[11-12]", 3)
+    with pytest.raises(HostlistError):
+        expand_addresses("not-an-ip", 1)
+
+
+def test_compress_round_trips():
+    names = expand("dgx[01-06,09],head01")
+    assert compress(names) == "dgx[01-06,09],head01"
+    assert expand(compress(names)) == sorted(names)

@@ -1,0 +1,126 @@
+"""End to end through the CLI on a real stand-in lab: lab up, provision twice, limits, host keys.
+
+Needs Docker and root (the lab starts the engine and builds the image when missing).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corectl.runner import control_path_dir
+from corectl.site import resolve_site
+
+pytestmark = pytest.mark.lab
+
+CORECTL = str(Path(sys.executable).parent / "corectl")
+SUBNET = "172.29.210.0/24"
+PORT_BASE = 22300
+
+
+def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([CORECTL, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"corectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def runs(site: Path) -> list[dict]:
+    records = sorted((site / ".runs").glob("*/corectl.json"))
+    return [json.loads(path.read_text()) for path in records]
+
+
+def containers(site: Path) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=corectl.lab={site.name}", "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return sorted(out.split())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    site = tmp_path_factory.mktemp("sites") / "labtest"
+    args = ["--inventory", str(site)]
+    corectl("lab", "up", *args, "--nodes", "1", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE))
+    try:
+        yield site
+    finally:
+        corectl("lab", "down", *args)
+        assert containers(site) == []
+
+
+def test_lab_up_wrote_the_inventory(lab: Path):
+    assert (lab / "cluster.yml").is_file()
+    assert (lab / "hosts.yml").is_file()
+    assert containers(lab) == ["corectl-labtest-dgx01", "corectl-labtest-head01"]
+    known = (lab / "known_hosts").read_text().splitlines()
+    assert [line.split()[0] for line in known] == [f"[127.0.0.1]:{PORT_BASE}", f"[127.0.0.1]:{PORT_BASE + 1}"]
+    corectl("render", "--check", "--inventory", str(lab))
+
+
+def test_provision_converges_then_changes_nothing(lab: Path):
+    first = corectl("provision", "--inventory", str(lab))
+    assert "failed=0 hosts=2" in first.stdout
+    second = corectl("provision", "--inventory", str(lab))
+    assert "changed=0 failed=0 hosts=2" in second.stdout
+    record = runs(lab)[-1]
+    assert record["status"] == "successful"
+    assert set(record["hosts"]) == {"head01", "dgx01"}
+    assert all(h["changed"] == 0 and h["failed"] == 0 and h["unreachable"] == 0 for h in record["hosts"].values())
+    # what the run did is real on the node: the compute node syncs time from the head node
+    sources = subprocess.run(
+        ["docker", "exec", "corectl-labtest-dgx01", "chronyc", "-n", "-c", "sources"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "172.29.210.10" in sources
+
+
+def test_limit_check_and_diff_pass_through(lab: Path):
+    result = corectl("provision", "--inventory", str(lab), "--limit", "dgx01", "--check", "--diff", "--tags", "base")
+    assert "changed=0 failed=0 hosts=1" in result.stdout
+    record = runs(lab)[-1]
+    assert list(record["hosts"]) == ["dgx01"]
+    assert record["check"] is True
+    assert record["limit"] == "dgx01"
+
+
+def test_host_key_checking_is_on(lab: Path):
+    known = lab / "known_hosts"
+    original = known.read_text()
+    lines = original.splitlines()
+    # give dgx01's endpoint the head node's host key: SSH must refuse to connect
+    forged = [lines[0], lines[0].replace(f"[127.0.0.1]:{PORT_BASE}", f"[127.0.0.1]:{PORT_BASE + 1}")]
+    known.write_text("\n".join(forged) + "\n")
+    # a persisted SSH master would skip the handshake: drop this site's masters first
+    for socket_path in control_path_dir(resolve_site(str(lab))).glob("*"):
+        subprocess.run(["ssh", "-O", "exit", "-S", str(socket_path), "x"], capture_output=True, check=False)
+    try:
+        result = corectl("provision", "--inventory", str(lab), "--limit", "dgx01", check=False)
+    finally:
+        known.write_text(original)
+    assert result.returncode == 1
+    assert "provision failed: dgx01" in result.stderr
+    assert runs(lab)[-1]["hosts"]["dgx01"]["unreachable"] == 1
+
+
+def test_ctrl_c_cancels_cleanly(lab: Path):
+    before = len(runs(lab))
+    proc = subprocess.Popen(
+        [CORECTL, "provision", "--inventory", str(lab)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(4)  # let the run get going (a provision here takes well over 10 s)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    records = runs(lab)
+    assert len(records) == before + 1
+    assert records[-1]["status"] == "canceled"

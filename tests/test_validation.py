@@ -1,0 +1,151 @@
+"""cluster.yml validation: the shipped site passes; each broken variant fails with file:line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corectl.cli import app
+from corectl.loader import load_cluster
+
+runner = CliRunner()
+ERROR_LINE = re.compile(r"^(?P<file>\S+cluster\.yml):(?P<line>\d+): (?P<path>\S+): (?P<message>.+)$")
+
+# (what to replace in inventories/core/cluster.yml, replacement, field path, words of the message)
+# The expected line is where the replacement text starts.
+VARIANTS = [
+    ("  name: core\n", "  nmae: core\n", "cluster.nmae", "unknown key (did you mean 'name'?)"),
+    (
+        "    profile: dgx-h100\n    roles: [compute]\n    rack: r01",
+        "    profile: dgx-h200\n    roles: [compute]\n    rack: r01",
+        "nodes[1].profile",
+        "unknown profile 'dgx-h200'",
+    ),
+    ("    address: 10.10.1.17\n", "    address: 10.10.1.14\n", "nodes[2].address", "duplicate node address"),
+    ("  - name: dgx[07-12]\n", "  - name: dgx[01-06]\n", "nodes[2].name", "duplicate node name 'dgx01' and 5 more"),
+    ("    uid: 21002\n", "    uid: 21001\n", "users[1].uid", "duplicate uid '21001'"),
+    ("    gid: 20001\n", "    gid: 20000\n", "groups[1].gid", "duplicate gid '20000'"),
+    (
+        "    group: research\n    ssh_keys:",
+        "    group: reserch\n    ssh_keys:",
+        "users[0].group",
+        "unknown group 'reserch'",
+    ),
+    ("      nodes: dgx[01-12]\n", "      nodes: dgx[01-13]\n", "slurm.partitions[0].nodes", "unknown node 'dgx13'"),
+    (
+        "      switches: [leaf1, leaf2]\n",
+        "      switches: [leaf1, leaf3]\n",
+        "fabric.switches[2].switches[1]",
+        "unknown switch 'leaf3'",
+    ),
+    # no leaf key is left to point at: the error points at the node entry
+    (
+        "    rack: r02\n    leaf: leaf2\n",
+        "    rack: r02\n",
+        "nodes[2].leaf",
+        "hangs off no leaf switch",
+        "  - name: dgx[07-12]",
+    ),
+    (
+        "    roles: [compute]\n    rack: r02",
+        "    roles: [compute, slurm_controller]\n    rack: r02",
+        "nodes[2].roles",
+        "second slurm_controller",
+    ),
+    (
+        "    threads_per_core: 2\n    memory_mb: 2000000",
+        "    threads_per_core: two\n    memory_mb: 2000000",
+        "profiles.dgx-h100.threads_per_core",
+        "valid integer",
+    ),
+    ("  timezone: Europe/Berlin\n", "  timezone: Europe/Berln\n", "cluster.timezone", "unknown time zone"),
+    (
+        "    roles: [compute]\n    rack: r01",
+        "    roles: [compute, gpu]\n    rack: r01",
+        "nodes[1].roles[1]",
+        "input should be 'slurm_controller'",
+    ),
+    ("  retention: 30d\n", "  retention: 30d\n  retension: 30d\n", "monitoring.retension", "did you mean 'retention'"),
+    (
+        "      default: true\n      max_time: 2-00:00:00\n",
+        "      default: true\n      max_time: 2-00:00:00\n    - name: batch\n      nodes: dgx01\n",
+        "slurm.partitions[1].name",
+        "duplicate partition name 'batch'",
+    ),
+    ("  name: core\n", "  name: core\n  name: core2\n", "(yaml)", "duplicate key"),
+    ("  ntp_servers:\n", "  ntp_servers: [\n", "(yaml)", ""),
+    ("    leaf: leaf2\n", "    leaf: spine1\n", "nodes[2].leaf", "not a leaf"),
+    ("      mountpoint: /data\n", "      mountpoint: /home\n", "cephfs.mounts[1].mountpoint", "duplicate mountpoint"),
+]
+
+
+def _variant(core_copy: Path, old: str, new: str) -> int:
+    path = core_copy / "cluster.yml"
+    text = path.read_text()
+    assert text.count(old) >= 1, f"fixture text not found: {old!r}"
+    index = text.index(old)
+    path.write_text(text[:index] + new + text[index + len(old) :])
+    # line of the first character that differs
+    differ = next(i for i, (a, b) in enumerate(zip(old + "\0", new + "\0", strict=False)) if a != b)
+    return text[: index + differ].count("\n") + 1
+
+
+def test_shipped_core_site_is_valid(root: Path):
+    cluster = load_cluster(root / "inventories" / "core")
+    assert len(cluster.nodes) == 13
+    assert [n.name for n in cluster.with_role("slurm_controller")] == ["head01"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v[2] + ":" + v[3][:20] for v in VARIANTS])
+def test_broken_variant_fails_with_file_line(core_copy: Path, variant):
+    old, new, path, words = variant[:4]
+    line = _variant(core_copy, old, new)
+    if len(variant) > 4:
+        text = (core_copy / "cluster.yml").read_text()
+        line = text[: text.index(variant[4])].count("\n") + 1
+    result = runner.invoke(app, ["validate", "--inventory", str(core_copy)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    parsed = [ERROR_LINE.match(text) for text in lines]
+    assert all(parsed), lines
+    ours = [m for m in parsed if m and m["path"] == path]
+    assert ours, f"no error for {path}: {lines}"
+    assert any(words in m["message"] for m in ours), lines
+    if path != "(yaml)":
+        assert int(ours[0]["line"]) == line, lines
+    assert ours[0]["file"].endswith("cluster.yml")
+
+
+def test_cli_prints_one_line_error_without_traceback(core_copy: Path, root: Path):
+    import subprocess
+    import sys
+
+    _variant(core_copy, "  name: core\n", "  nmae: core\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "corectl.cli", "validate", "--inventory", str(core_copy)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        f"{core_copy}/cluster.yml:4: cluster.name: required key is missing",
+        f"{core_copy}/cluster.yml:5: cluster.nmae: unknown key (did you mean 'name'?)",
+    ]
+
+
+def test_missing_site_is_a_clean_error(tmp_path: Path):
+    result = runner.invoke(app, ["validate", "--inventory", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2
+    assert "cluster.yml: not found" in result.stderr
+
+
+def test_validate_reports_node_count(root: Path):
+    result = runner.invoke(app, ["validate", "--inventory", "core"])
+    assert result.exit_code == 0, result.output
+    assert "valid (13 nodes)" in result.output
