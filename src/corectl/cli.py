@@ -40,6 +40,8 @@ app = typer.Typer(
 )
 lab_app = typer.Typer(help="The local stand-in cluster (systemd containers).", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
+secrets_app = typer.Typer(help="Site secrets (munge key, database passwords), vault-encrypted.", no_args_is_help=True)
+app.add_typer(secrets_app, name="secrets")
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -108,6 +110,29 @@ def provision(
         raise CorectlError(f"provision failed: {failed}", exit_code=130 if result.status == "canceled" else 1)
 
 
+@secrets_app.command("init")
+def secrets_init(inventory: InventoryOpt) -> None:
+    """Generate every missing secret of the site (existing ones are kept), vault-encrypted."""
+    from corectl import secrets
+
+    site = _site(inventory)
+    made = secrets.init(site)
+    secrets.check(site)
+    for item in made:
+        out.print(f"generated {item}")
+    out.print(f"{site.name}: secrets complete ({len(made)} generated)")
+
+
+@secrets_app.command("check")
+def secrets_check(inventory: InventoryOpt) -> None:
+    """Check that every secret exists, decrypts and is no placeholder (values are never shown)."""
+    from corectl import secrets
+
+    site = _site(inventory)
+    secrets.check(site)
+    out.print(f"{site.name}: secrets complete")
+
+
 @lab_app.command("up")
 def lab_up(
     inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",
@@ -116,12 +141,14 @@ def lab_up(
     ssh_port_base: Annotated[int, typer.Option(help="head's sshd on 127.0.0.1:BASE, dgxNN on BASE+NN")] = 22100,
 ) -> None:
     """Start a head node and N DGX stand-ins and write the lab inventory for them."""
+    from corectl import secrets
     from corectl.commands.inventory import render_site
     from corectl.lab.nodes import LabSpec, up
 
     site = _site(inventory)
     started = up(LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base))
     render_site(site, check_only=False)
+    secrets.init(site)
     for node in started:
         out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     out.print(f"lab '{site.name}' is up; next: corectl provision --inventory {inventory}")

@@ -59,6 +59,62 @@ def host_vars(cluster: Cluster, node: Node) -> dict[str, Any]:
     return data
 
 
+def slurm_vars(cluster: Cluster) -> dict[str, Any]:
+    """cluster.yml in the shape slurm.conf wants: node lines per profile, partitions, accounts."""
+    config = cluster.config
+    profiles = config.profiles
+    computes = [n for n in cluster.nodes if "compute" in n.roles]
+    node_groups = []
+    for name in sorted({n.profile for n in computes}):
+        profile = profiles[name]
+        hw = profile_vars(profile)
+        node_groups.append(
+            {
+                "nodes": hostlist.compress([n.name for n in computes if n.profile == name]),
+                "cpus": hw["cpus"],
+                "sockets": profile.sockets,
+                "cores_per_socket": profile.cores_per_socket,
+                "threads_per_core": profile.threads_per_core,
+                "memory_mb": profile.memory_mb,
+                "gpu": profile.gpus.model_dump() if profile.gpus else None,
+            }
+        )
+    by_name = {n.name: n for n in cluster.nodes}
+    partitions = []
+    for partition in config.slurm.partitions:
+        members = [by_name[name] for name in hostlist.expand(partition.nodes)]
+        per_cpu = min(profile_vars(profiles[n.profile])["cpus"] for n in members)
+        partitions.append(
+            {
+                **partition.model_dump(),
+                "nodes": hostlist.compress([n.name for n in members]),
+                # jobs share nodes: without a default, each job would take a whole node's memory
+                "def_mem_per_cpu": min(profiles[n.profile].memory_mb for n in members) // per_cpu,
+            }
+        )
+    dbd = cluster.with_role("slurm_dbd")
+    return {
+        "cluster_name": config.cluster.name,
+        "controller": cluster.with_role("slurm_controller")[0].name,
+        "dbd_host": dbd[0].name if dbd and config.slurm.accounting else "",
+        "accounting": config.slurm.accounting,
+        "pam_slurm_adopt": config.slurm.pam_slurm_adopt,
+        "node_groups": node_groups,
+        "partitions": partitions,
+        "accounts": [{"name": g.name} for g in config.groups],
+        "users": [
+            {
+                "name": u.name,
+                "default_account": u.group,
+                "accounts": list(dict.fromkeys([u.group, *u.groups])),
+                "admin": u.admin,
+                "state": u.state,
+            }
+            for u in config.users
+        ],
+    }
+
+
 def cluster_vars(cluster: Cluster) -> dict[str, Any]:
     """Site-wide facts from cluster.yml that roles read (through group_vars/ mappings)."""
     config = cluster.config
@@ -69,17 +125,12 @@ def cluster_vars(cluster: Cluster) -> dict[str, Any]:
         "corectl_nodes": [
             {"name": n.name, "address": n.address, "profile": n.profile, "roles": list(n.roles)} for n in cluster.nodes
         ],
-        "corectl_slurm": {
-            "accounting": config.slurm.accounting,
-            "pam_slurm_adopt": config.slurm.pam_slurm_adopt,
-            "partitions": [
-                {**p.model_dump(), "nodes": hostlist.compress(hostlist.expand(p.nodes))}
-                for p in config.slurm.partitions
-            ],
-        },
+        "corectl_slurm": slurm_vars(cluster),
         "corectl_groups": [g.model_dump() for g in config.groups],
         "corectl_users": [u.model_dump() for u in config.users],
         "corectl_monitoring": config.monitoring.model_dump(),
+        # vault-encrypted files made by `corectl secrets init` (munge.key, secrets.yml)
+        "corectl_secrets_dir": "{{ inventory_dir }}/secrets",
     }
     key = _key_path(ssh.key)
     if key is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from corectl.secrets import password_file_for_run
 from corectl.site import Site
 
 KEEP_RUNS = 30
@@ -36,6 +37,7 @@ class RunRequest:
     check: bool = False
     diff: bool = False
     extravars: dict[str, Any] = field(default_factory=dict)
+    secrets: bool = True  # hand ansible the site's vault password and secrets.yml
 
 
 @dataclass
@@ -109,10 +111,15 @@ def control_path_dir(site: Site) -> Path:
     return Path.home() / ".ansible" / "cp" / f"corectl-{digest}"
 
 
-def runner_kwargs(request: RunRequest, private_dir: Path, ident: str) -> dict[str, Any]:
+def runner_kwargs(
+    request: RunRequest, private_dir: Path, ident: str, vault_password_file: Path | None = None
+) -> dict[str, Any]:
     """Everything handed to ansible_runner.run, minus the callbacks (unit-tested)."""
     site = request.site
     cmdline = []
+    secrets_file = site.directory / "secrets" / "secrets.yml"
+    if vault_password_file is not None and secrets_file.is_file():
+        cmdline += ["--extra-vars", f"@{secrets_file}"]
     if request.check:
         cmdline.append("--check")
     if request.diff:
@@ -139,6 +146,8 @@ def runner_kwargs(request: RunRequest, private_dir: Path, ident: str) -> dict[st
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         },
     }
+    if vault_password_file is not None:
+        kwargs["envvars"]["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password_file)
     if request.limit:
         kwargs["limit"] = request.limit
     if request.tags:
@@ -217,7 +226,8 @@ def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResul
         return True  # keep the event: ansible-runner drops it (and the stats) otherwise
 
     with tempfile.TemporaryDirectory(prefix="corectl-run-") as tmp, _Cancel() as cancel:
-        kwargs = runner_kwargs(request, Path(tmp), ident)
+        vault_file = password_file_for_run(site, Path(tmp)) if request.secrets else None
+        kwargs = runner_kwargs(request, Path(tmp), ident, vault_file)
         result = ansible_runner.run(**kwargs, event_handler=on_event, cancel_callback=cancel)
         status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
         if cancel.requested.is_set():

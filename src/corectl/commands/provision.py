@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from corectl import secrets
 from corectl.commands.inventory import render_site
 from corectl.progress import LiveProgress, summary_table
 from corectl.runner import RunRequest, RunResult, run_playbook
@@ -22,6 +23,7 @@ def provision(
     command: str = "provision",
 ) -> RunResult:
     render_site(site, check_only=False)
+    secrets.check(site)  # a missing or placeholder secret stops the run before any node is touched
     request = RunRequest(site=site, playbook=playbook, command=command, limit=limit, tags=tags, check=check, diff=diff)
     with LiveProgress(console, f"{command} {site.name}") as progress:
         result = run_playbook(request, sink=progress)

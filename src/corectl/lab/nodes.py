@@ -84,7 +84,7 @@ def lab_cluster(spec: LabSpec) -> dict:
             "dgx-standin": {
                 "description": "systemd container standing in for a DGX H100 (GPUs simulated)",
                 "sockets": 1,
-                "cores_per_socket": 1,
+                "cores_per_socket": 2,
                 "threads_per_core": 1,
                 "memory_mb": 1024,
                 "scratch": "/raid",
@@ -93,7 +93,7 @@ def lab_cluster(spec: LabSpec) -> dict:
             "head-standin": {
                 "description": "systemd container standing in for the head node",
                 "sockets": 1,
-                "cores_per_socket": 1,
+                "cores_per_socket": 2,
                 "threads_per_core": 1,
                 "memory_mb": 1024,
             },

@@ -1,0 +1,142 @@
+"""Site secrets: generated here on the control host, stored ansible-vault encrypted with the site.
+
+inventories/<site>/secrets/munge.key    1024 random bytes (vault-encrypted, binary)
+inventories/<site>/secrets/secrets.yml  vault-encrypted YAML of generated passwords
+
+The vault password comes from CORECTL_VAULT_PASSWORD_FILE, or CORECTL_VAULT_PASSWORD, or the
+site's .vault-pass file (git-ignored; created by `corectl secrets init` when none is given).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as random
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from corectl.errors import CorectlError
+from corectl.site import Site
+
+MUNGE_KEY_BYTES = 1024
+PASSWORD_MIN = 24
+# name in secrets.yml -> what it is for
+PASSWORDS = {"corectl_slurm_db_password": "slurmdbd's MariaDB user"}
+PLACEHOLDERS = {"", "changeme", "change-me", "password", "secret", "todo", "xxx", "placeholder"}
+
+
+@dataclass(frozen=True)
+class SecretFiles:
+    site: Site
+
+    @property
+    def directory(self) -> Path:
+        return self.site.directory / "secrets"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.directory / "munge.key"
+
+    @property
+    def variables(self) -> Path:
+        return self.directory / "secrets.yml"
+
+    @property
+    def default_password_file(self) -> Path:
+        return self.site.directory / ".vault-pass"
+
+
+def _vault(password: bytes):  # noqa: ANN202 - ansible's VaultLib
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    return VaultLib([("default", VaultSecret(password))])
+
+
+def vault_password(files: SecretFiles, create: bool = False) -> bytes:
+    env_file = os.environ.get("CORECTL_VAULT_PASSWORD_FILE")
+    if env_file:
+        path = Path(env_file).expanduser()
+        if not path.is_file():
+            raise CorectlError(f"CORECTL_VAULT_PASSWORD_FILE={env_file}: no such file")
+        return path.read_bytes().strip()
+    env_password = os.environ.get("CORECTL_VAULT_PASSWORD")
+    if env_password:
+        return env_password.encode()
+    path = files.default_password_file
+    if path.is_file():
+        return path.read_bytes().strip()
+    if not create:
+        raise CorectlError(
+            f"no vault password: set CORECTL_VAULT_PASSWORD_FILE or CORECTL_VAULT_PASSWORD, or create {path}"
+        )
+    password = random.token_urlsafe(32).encode()
+    path.touch(mode=0o600)
+    path.write_bytes(password + b"\n")
+    return password
+
+
+def _decrypt(files: SecretFiles, path: Path, password: bytes) -> bytes:
+    from ansible.errors import AnsibleError
+
+    if not path.is_file():
+        raise CorectlError(f"{path}: missing; run corectl secrets init --inventory {files.site.name}")
+    try:
+        return _vault(password).decrypt(path.read_bytes())
+    except AnsibleError as exc:
+        raise CorectlError(f"{path}: cannot decrypt with the vault password ({str(exc).splitlines()[0]})") from None
+
+
+def _write_encrypted(path: Path, data: bytes, password: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(_vault(password).encrypt(data))
+    tmp.replace(path)
+
+
+def init(site: Site) -> list[str]:
+    """Create whatever secret is missing; never replace an existing one. Returns what was made."""
+    files = SecretFiles(site)
+    password = vault_password(files, create=True)
+    made: list[str] = []
+    if not files.munge_key.is_file():
+        _write_encrypted(files.munge_key, os.urandom(MUNGE_KEY_BYTES), password)
+        made.append(str(files.munge_key))
+    values: dict[str, str] = {}
+    if files.variables.is_file():
+        values = yaml.safe_load(_decrypt(files, files.variables, password)) or {}
+    missing = [name for name in PASSWORDS if name not in values]
+    if missing:
+        for name in missing:
+            values[name] = random.token_urlsafe(32)
+        _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
+        made.extend(f"{files.variables}:{name}" for name in missing)
+    return made
+
+
+def check(site: Site) -> None:
+    """Refuse to run with a missing, unreadable, short or placeholder secret."""
+    files = SecretFiles(site)
+    password = vault_password(files)
+    key = _decrypt(files, files.munge_key, password)
+    if len(key) != MUNGE_KEY_BYTES or len(set(key)) < 64:
+        raise CorectlError(f"{files.munge_key}: not {MUNGE_KEY_BYTES} random bytes; remove it and run secrets init")
+    try:
+        values = yaml.safe_load(_decrypt(files, files.variables, password)) or {}
+    except yaml.YAMLError:
+        raise CorectlError(f"{files.variables}: not valid YAML after decryption") from None
+    for name, purpose in PASSWORDS.items():
+        value = str(values.get(name, ""))
+        if value.strip().lower() in PLACEHOLDERS or len(value) < PASSWORD_MIN:
+            raise CorectlError(
+                f"{files.variables}: {name} ({purpose}) is missing, a placeholder or shorter than {PASSWORD_MIN}"
+            )
+
+
+def password_file_for_run(site: Site, private_dir: Path) -> Path:
+    """A file holding the vault password for ansible (inside the run's private, deleted dir)."""
+    password = vault_password(SecretFiles(site))
+    path = private_dir / "vault-pass"
+    path.touch(mode=0o600)
+    path.write_bytes(password + b"\n")
+    return path
