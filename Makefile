@@ -1,4 +1,5 @@
 # corectl: the two commands of the README are `make lab` and `make test`.
+SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
@@ -37,7 +38,13 @@ image: setup
 pytest: image
 	pytest -ra
 
+# Each scenario's output is kept in build/; strings listed in molecule/<s>/secret-patterns
+# (test-only secrets) must not appear in it.
 molecule: image
-	@set -e; image=$$(corectl lab image); for s in $(MOLECULE_SCENARIOS); do \
-	  echo "=== molecule test -s $$s"; CORECTL_NODE_IMAGE=$$image molecule test -s $$s; \
+	@set -e; mkdir -p build; image=$$(corectl lab image); for s in $(MOLECULE_SCENARIOS); do \
+	  echo "=== molecule test -s $$s"; \
+	  CORECTL_NODE_IMAGE=$$image molecule test -s $$s 2>&1 | tee build/molecule-$$s.log; \
+	  test $${PIPESTATUS[0]} -eq 0; \
+	  if [ -f molecule/$$s/secret-patterns ] && grep -aFf molecule/$$s/secret-patterns build/molecule-$$s.log; then \
+	    echo "=== molecule scenario $$s: a secret appeared in the output"; exit 1; fi; \
 	  echo "=== molecule scenario $$s: passed"; done

@@ -5,6 +5,7 @@ Needs Docker and root (the lab starts the engine and builds the image when missi
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -14,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from corectl import secrets
 from corectl.runner import control_path_dir
 from corectl.site import resolve_site
 
@@ -30,6 +33,10 @@ def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.Co
     if check and proc.returncode != 0:
         raise AssertionError(f"corectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def docker_exec(container: str, *argv: str) -> str:
+    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=True).stdout
 
 
 def runs(site: Path) -> list[dict]:
@@ -49,7 +56,8 @@ def containers(site: Path) -> list[str]:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     site = tmp_path_factory.mktemp("sites") / "labtest"
     args = ["--inventory", str(site)]
-    corectl("lab", "up", *args, "--nodes", "1", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE))
+    options = ["--nodes", "1", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
+    corectl("lab", "up", *args, *options)
     try:
         yield site
     finally:
@@ -60,7 +68,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_lab_up_wrote_the_inventory(lab: Path):
     assert (lab / "cluster.yml").is_file()
     assert (lab / "hosts.yml").is_file()
-    assert containers(lab) == ["corectl-labtest-dgx01", "corectl-labtest-head01"]
+    assert containers(lab) == ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-head01"]
     known = (lab / "known_hosts").read_text().splitlines()
     assert [line.split()[0] for line in known] == [f"[127.0.0.1]:{PORT_BASE}", f"[127.0.0.1]:{PORT_BASE + 1}"]
     corectl("render", "--check", "--inventory", str(lab))
@@ -73,23 +81,48 @@ def test_provision_converges_then_changes_nothing(lab: Path):
     assert "changed=0 failed=0 hosts=2" in second.stdout
     record = runs(lab)[-1]
     assert record["status"] == "successful"
-    assert set(record["hosts"]) == {"head01", "dgx01"}
+    assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01"}
     assert all(h["changed"] == 0 and h["failed"] == 0 and h["unreachable"] == 0 for h in record["hosts"].values())
     # what the run did is real on the node: the compute node syncs time from the head node
     sources = subprocess.run(
-        ["docker", "exec", "corectl-labtest-dgx01", "chronyc", "-n", "-c", "sources"],
+        ["docker", "exec", "corectl-labtest-e2e-dgx01", "chronyc", "-n", "-c", "sources"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "172.29.210.10" in sources
 
 
+def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
+    head = "corectl-labtest-e2e-head01"
+    sinfo = docker_exec(head, "sinfo", "--noheader", "--Node", "--format", "%N %t %P")
+    assert sinfo.split() == ["e2e-dgx01", "idle", "batch*"]
+    assert docker_exec(head, "srun", "--nodes=1", "hostname").strip() == "e2e-dgx01"
+    # the generated secrets reached the nodes ...
+    files = secrets.SecretFiles(resolve_site(str(lab)))
+    vault = secrets._vault(secrets.vault_password(files))
+    key = vault.decrypt(files.munge_key.read_bytes())
+    password = yaml.safe_load(vault.decrypt(files.variables.read_bytes()))["corectl_slurm_db_password"]
+    node_key = subprocess.run(
+        ["docker", "exec", "corectl-labtest-e2e-dgx01", "cat", "/etc/munge/munge.key"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert node_key == key
+    # ... and appear nowhere in what the runs kept
+    needles = [password.encode(), key[:24], base64.b64encode(key)[:32]]
+    artifacts = [p for p in (lab / ".runs").rglob("*") if p.is_file()]
+    assert len(artifacts) > 10
+    for path in artifacts:
+        data = path.read_bytes()
+        assert not any(needle in data for needle in needles), path
+
+
 def test_limit_check_and_diff_pass_through(lab: Path):
-    result = corectl("provision", "--inventory", str(lab), "--limit", "dgx01", "--check", "--diff", "--tags", "base")
+    options = ["--limit", "e2e-dgx01", "--check", "--diff", "--tags", "base"]
+    result = corectl("provision", "--inventory", str(lab), *options)
     assert "changed=0 failed=0 hosts=1" in result.stdout
     record = runs(lab)[-1]
-    assert list(record["hosts"]) == ["dgx01"]
+    assert list(record["hosts"]) == ["e2e-dgx01"]
     assert record["check"] is True
-    assert record["limit"] == "dgx01"
+    assert record["limit"] == "e2e-dgx01"
 
 
 def test_host_key_checking_is_on(lab: Path):
@@ -103,12 +136,12 @@ def test_host_key_checking_is_on(lab: Path):
     for socket_path in control_path_dir(resolve_site(str(lab))).glob("*"):
         subprocess.run(["ssh", "-O", "exit", "-S", str(socket_path), "x"], capture_output=True, check=False)
     try:
-        result = corectl("provision", "--inventory", str(lab), "--limit", "dgx01", check=False)
+        result = corectl("provision", "--inventory", str(lab), "--limit", "e2e-dgx01", check=False)
     finally:
         known.write_text(original)
     assert result.returncode == 1
-    assert "provision failed: dgx01" in result.stderr
-    assert runs(lab)[-1]["hosts"]["dgx01"]["unreachable"] == 1
+    assert "provision failed: e2e-dgx01" in result.stderr
+    assert runs(lab)[-1]["hosts"]["e2e-dgx01"]["unreachable"] == 1
 
 
 def test_ctrl_c_cancels_cleanly(lab: Path):

@@ -139,6 +139,7 @@ def lab_up(
     nodes: Annotated[int, typer.Option("--nodes", "-n", min=1, max=32, help="DGX stand-ins beside the head")] = 2,
     subnet: Annotated[str, typer.Option(help="private docker network for the nodes")] = "172.29.10.0/24",
     ssh_port_base: Annotated[int, typer.Option(help="head's sshd on 127.0.0.1:BASE, dgxNN on BASE+NN")] = 22100,
+    prefix: Annotated[str, typer.Option(help="node name prefix (two labs on one machine need distinct names)")] = "",
 ) -> None:
     """Start a head node and N DGX stand-ins and write the lab inventory for them."""
     from corectl import secrets
@@ -146,7 +147,7 @@ def lab_up(
     from corectl.lab.nodes import LabSpec, up
 
     site = _site(inventory)
-    started = up(LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base))
+    started = up(LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix))
     render_site(site, check_only=False)
     secrets.init(site)
     for node in started:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from corectl import hostlist
 from corectl.errors import CorectlError
 from corectl.lab.docker import docker, ensure_engine
 from corectl.lab.image import ensure_image
@@ -47,6 +48,9 @@ class LabSpec:
     computes: int = 2
     subnet: str = "172.29.10.0/24"
     ssh_port_base: int = 22100
+    # Slurm puts job cgroups in the host's tree as /slurm_<node>: two labs on one machine need
+    # different node names (the end-to-end test uses its own prefix).
+    prefix: str = ""
 
     @property
     def network(self) -> str:
@@ -59,9 +63,10 @@ class LabSpec:
         net = ipaddress.IPv4Network(self.subnet)
         if net.num_addresses < 16 + self.computes:
             raise CorectlError(f"--subnet {self.subnet} is too small for {self.computes + 1} nodes")
-        out = [LabNode("head01", str(net.network_address + 10), self.ssh_port_base, True)]
+        out = [LabNode(f"{self.prefix}head01", str(net.network_address + 10), self.ssh_port_base, True)]
         for i in range(1, self.computes + 1):
-            out.append(LabNode(f"dgx{i:02d}", str(net.network_address + 10 + i), self.ssh_port_base + i, False))
+            name = f"{self.prefix}dgx{i:02d}"
+            out.append(LabNode(name, str(net.network_address + 10 + i), self.ssh_port_base + i, False))
         return out
 
 
@@ -70,7 +75,7 @@ def lab_cluster(spec: LabSpec) -> dict:
     nodes = spec.nodes()
     head = nodes[0]
     computes = [n.name for n in nodes if not n.head]
-    compute_range = f"dgx[01-{len(computes):02d}]" if len(computes) > 1 else computes[0]
+    compute_range = hostlist.compress(computes)
     return {
         "cluster": {
             "name": spec.site.name.replace("_", "-"),

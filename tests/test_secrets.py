@@ -1,0 +1,102 @@
+"""Site secrets: generated once, vault-encrypted, checked before any node is touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from corectl import secrets
+from corectl.errors import CorectlError
+from corectl.site import Site
+
+
+@pytest.fixture
+def site(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD", raising=False)
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
+    directory = tmp_path / "site"
+    directory.mkdir()
+    return Site(root=root, directory=directory)
+
+
+def test_init_generates_encrypted_secrets_once(site: Site):
+    files = secrets.SecretFiles(site)
+    made = secrets.init(site)
+    assert len(made) == 2
+    assert files.munge_key.read_bytes().startswith(b"$ANSIBLE_VAULT;1.1;AES256")
+    assert files.variables.read_bytes().startswith(b"$ANSIBLE_VAULT;1.1;AES256")
+    assert oct(files.default_password_file.stat().st_mode & 0o777) == "0o600"
+    key_before = files.munge_key.read_bytes()
+    assert secrets.init(site) == []  # nothing replaced
+    assert files.munge_key.read_bytes() == key_before
+    secrets.check(site)
+    password = secrets.vault_password(files)
+    key = secrets._vault(password).decrypt(files.munge_key.read_bytes())
+    assert len(key) == 1024
+    values = yaml.safe_load(secrets._vault(password).decrypt(files.variables.read_bytes()))
+    assert len(values["corectl_slurm_db_password"]) >= 24
+
+
+def test_missing_secret_stops_the_run(site: Site):
+    secrets.init(site)
+    secrets.SecretFiles(site).munge_key.unlink()
+    with pytest.raises(CorectlError, match=r"munge.key: missing; run corectl secrets init"):
+        secrets.check(site)
+
+
+def test_placeholder_password_is_refused(site: Site):
+    secrets.init(site)
+    files = secrets.SecretFiles(site)
+    password = secrets.vault_password(files)
+    secrets._write_encrypted(files.variables, b"corectl_slurm_db_password: changeme\n", password)
+    with pytest.raises(CorectlError, match="placeholder"):
+        secrets.check(site)
+
+
+def test_wrong_vault_password_is_a_clean_error(site: Site, monkeypatch: pytest.MonkeyPatch):
+    secrets.init(site)
+    monkeypatch.setenv("CORECTL_VAULT_PASSWORD", "not-the-password")
+    with pytest.raises(CorectlError, match="cannot decrypt"):
+        secrets.check(site)
+
+
+def test_no_password_anywhere(site: Site):
+    with pytest.raises(CorectlError, match="no vault password"):
+        secrets.check(site)
+
+
+def test_password_from_environment_file(site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    pw = tmp_path / "pw"
+    pw.write_text("from-a-file\n")
+    monkeypatch.setenv("CORECTL_VAULT_PASSWORD_FILE", str(pw))
+    secrets.init(site)
+    assert not secrets.SecretFiles(site).default_password_file.exists()
+    secrets.check(site)
+
+
+def test_provision_without_secrets_touches_no_node(core_copy: Path, monkeypatch: pytest.MonkeyPatch):
+    from typer.testing import CliRunner
+
+    from corectl.cli import app
+
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD", raising=False)
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
+    result = CliRunner().invoke(app, ["provision", "--inventory", str(core_copy)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: no vault password")
+    assert not (core_copy / ".runs").exists()  # ansible never started
+
+
+def test_runner_hands_ansible_the_vault(site: Site, tmp_path: Path):
+    from corectl.runner import RunRequest, runner_kwargs
+
+    secrets.init(site)
+    private = tmp_path / "private"
+    private.mkdir()
+    password_file = secrets.password_file_for_run(site, private)
+    kwargs = runner_kwargs(RunRequest(site=site), private, "id", password_file)
+    assert kwargs["envvars"]["ANSIBLE_VAULT_PASSWORD_FILE"] == str(password_file)
+    assert kwargs["cmdline"] == f"--extra-vars @{site.directory / 'secrets' / 'secrets.yml'}"
+    assert oct(password_file.stat().st_mode & 0o777) == "0o600"
