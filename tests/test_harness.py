@@ -17,6 +17,7 @@ def _platform_flags(platform: dict) -> set[str]:
     flags.add(f"--cgroupns={platform['cgroupns_mode']}")
     flags |= {f"--volume={vol}" for vol in platform["volumes"]}
     flags |= {f"--tmpfs={path}" for path in platform["tmpfs"]}
+    flags |= {f"--device={device}" for device in platform.get("devices", [])}
     return flags
 
 

@@ -29,6 +29,7 @@ NODE_FLAGS: tuple[str, ...] = (
     "--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw",
     "--tmpfs=/run",
     "--tmpfs=/run/lock",
+    "--device=/dev/fuse",  # ceph-fuse (no kernel ceph module here)
 )
 LABEL = "corectl.lab"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -250,6 +251,17 @@ def _exec_ok(container: str, *argv: str) -> bool:
     return subprocess.run(["docker", "exec", container, *argv], capture_output=True, check=False).returncode == 0
 
 
+def _ensure_gpu_devices(container: str, count: int = 8) -> None:
+    """Stand-in GPUs: device nodes with NVIDIA's major number (195), as the driver creates them.
+
+    Nothing answers behind them (opening one fails with ENXIO), but Slurm's GRES and device
+    cgroup handling see real device files. /dev is rebuilt when a container starts, so every
+    `lab up` makes sure they exist.
+    """
+    script = f"for i in $(seq 0 {count - 1}); do [ -e /dev/nvidia$i ] || mknod -m 0666 /dev/nvidia$i c 195 $i; done"
+    docker("exec", container, "sh", "-c", script)
+
+
 def _authorize(container: str, public_key: str) -> None:
     docker("exec", container, "install", "-d", "-m", "0700", "/root/.ssh")
     docker(
@@ -317,6 +329,8 @@ def up(spec: LabSpec) -> list[LabNode]:
         container = spec.container(node.name)
         _wait_booted(container)
         _authorize(container, public_key)
+        if not node.head:
+            _ensure_gpu_devices(container)
     _record_host_keys(spec)
     _check_ssh(spec, key)
     write_inventory(spec)
