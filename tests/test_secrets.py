@@ -18,6 +18,8 @@ def site(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
     directory = tmp_path / "site"
     directory.mkdir()
+    # the lab's cluster.yml declares no CephFS mounts (no cephx keys needed)
+    (directory / "cluster.yml").write_text((root / "inventories" / "lab" / "cluster.yml").read_text())
     return Site(root=root, directory=directory)
 
 
@@ -100,3 +102,16 @@ def test_runner_hands_ansible_the_vault(site: Site, tmp_path: Path):
     assert kwargs["envvars"]["ANSIBLE_VAULT_PASSWORD_FILE"] == str(password_file)
     assert kwargs["cmdline"] == f"--extra-vars @{site.directory / 'secrets' / 'secrets.yml'}"
     assert oct(password_file.stat().st_mode & 0o777) == "0o600"
+
+
+def test_cephfs_mounts_need_their_client_key(core_copy: Path, root: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD", raising=False)
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
+    site = Site(root=root, directory=core_copy)  # core declares cephfs mounts for client.corectl
+    secrets.init(site)
+    with pytest.raises(CorectlError, match=r"no cephx key for client.corectl"):
+        secrets.check(site)
+    with pytest.raises(CorectlError, match="not a cephx key"):
+        secrets.set_ceph_key(site, "corectl", "changeme")
+    secrets.set_ceph_key(site, "corectl", "AQAg7R9pAAAAABAAaxiE7mSdzWtv4z/2z7+3cQ==\n")
+    secrets.check(site)

@@ -133,6 +133,21 @@ def secrets_check(inventory: InventoryOpt) -> None:
     out.print(f"{site.name}: secrets complete")
 
 
+@secrets_app.command("set-ceph-key")
+def secrets_set_ceph_key(
+    client: Annotated[str, typer.Argument(help="cephx client id, without 'client.'")],
+    inventory: InventoryOpt,
+) -> None:
+    """Store a CephFS client key read from standard input (ceph auth get-key client.ID | ...)."""
+    import sys
+
+    from corectl import secrets
+
+    site = _site(inventory)
+    secrets.set_ceph_key(site, client, sys.stdin.read())
+    out.print(f"{site.name}: key for client.{client} stored (vault-encrypted)")
+
+
 @lab_app.command("up")
 def lab_up(
     inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",

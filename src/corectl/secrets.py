@@ -10,6 +10,7 @@ site's .vault-pass file (git-ignored; created by `corectl secrets init` when non
 from __future__ import annotations
 
 import os
+import re
 import secrets as random
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,30 @@ def init(site: Site) -> list[str]:
     return made
 
 
+CEPH_KEYS = "corectl_cephfs_client_keys"
+CEPH_KEY = re.compile(r"^AQ[A-Za-z0-9+/]{36}==$")
+
+
+def ceph_clients(site: Site) -> list[str]:
+    """cephx client ids the site's CephFS mounts use (their keys come from the Ceph admins)."""
+    from corectl.loader import load_cluster
+
+    cephfs = load_cluster(site.directory).config.cephfs
+    return sorted({m.client for m in cephfs.mounts}) if cephfs else []
+
+
+def set_ceph_key(site: Site, client: str, key: str) -> None:
+    """Store a cephx key (as `ceph auth get-key client.<id>` prints it) in secrets.yml."""
+    key = key.strip()
+    if not CEPH_KEY.match(key):
+        raise CorectlError(f"the key for client.{client} is not a cephx key (ceph auth get-key client.{client})")
+    files = SecretFiles(site)
+    password = vault_password(files)
+    values = yaml.safe_load(_decrypt(files, files.variables, password)) or {}
+    values.setdefault(CEPH_KEYS, {})[client] = key
+    _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
+
+
 def check(site: Site) -> None:
     """Refuse to run with a missing, unreadable, short or placeholder secret."""
     files = SecretFiles(site)
@@ -130,6 +155,14 @@ def check(site: Site) -> None:
         if value.strip().lower() in PLACEHOLDERS or len(value) < PASSWORD_MIN:
             raise CorectlError(
                 f"{files.variables}: {name} ({purpose}) is missing, a placeholder or shorter than {PASSWORD_MIN}"
+            )
+    keys = values.get(CEPH_KEYS) or {}
+    for client in ceph_clients(site):
+        if not CEPH_KEY.match(str(keys.get(client, ""))):
+            raise CorectlError(
+                f"{files.variables}: no cephx key for client.{client} (used by cephfs mounts); "
+                f"store it with: ceph auth get-key client.{client} | corectl secrets set-ceph-key {client} "
+                f"--inventory {site.name}"
             )
 
 
