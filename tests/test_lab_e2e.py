@@ -68,7 +68,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_lab_up_wrote_the_inventory(lab: Path):
     assert (lab / "cluster.yml").is_file()
     assert (lab / "hosts.yml").is_file()
-    assert containers(lab) == ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-head01"]
+    assert containers(lab) == ["corectl-labtest-e2e-ceph", "corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-head01"]
     known = (lab / "known_hosts").read_text().splitlines()
     assert [line.split()[0] for line in known] == [f"[127.0.0.1]:{PORT_BASE}", f"[127.0.0.1]:{PORT_BASE + 1}"]
     corectl("render", "--check", "--inventory", str(lab))
@@ -107,12 +107,21 @@ def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
     ).stdout  # fmt: skip
     assert node_key == key
     # ... and appear nowhere in what the runs kept
-    needles = [password.encode(), key[:24], base64.b64encode(key)[:32]]
+    ceph_key = yaml.safe_load(vault.decrypt(files.variables.read_bytes()))["corectl_cephfs_client_keys"]["corectl"]
+    needles = [password.encode(), key[:24], base64.b64encode(key)[:32], ceph_key.encode()]
     artifacts = [p for p in (lab / ".runs").rglob("*") if p.is_file()]
     assert len(artifacts) > 10
     for path in artifacts:
         data = path.read_bytes()
         assert not any(needle in data for needle in needles), path
+
+
+def test_cephfs_is_shared_between_nodes(lab: Path):
+    head, dgx = "corectl-labtest-e2e-head01", "corectl-labtest-e2e-dgx01"
+    assert docker_exec(dgx, "findmnt", "--noheadings", "--output", "FSTYPE", "/shared").strip() == "fuse.ceph-fuse"
+    docker_exec(head, "sh", "-c", "echo from-head > /shared/e2e-file && chown alice:research /shared/e2e-file")
+    assert docker_exec(dgx, "stat", "--format", "%U %u", "/shared/e2e-file").strip() == "alice 20001"
+    assert docker_exec(dgx, "cat", "/shared/e2e-file").strip() == "from-head"
 
 
 def test_limit_check_and_diff_pass_through(lab: Path):

@@ -155,16 +155,21 @@ def lab_up(
     subnet: Annotated[str, typer.Option(help="private docker network for the nodes")] = "172.29.10.0/24",
     ssh_port_base: Annotated[int, typer.Option(help="head's sshd on 127.0.0.1:BASE, dgxNN on BASE+NN")] = 22100,
     prefix: Annotated[str, typer.Option(help="node name prefix (two labs on one machine need distinct names)")] = "",
+    ceph: Annotated[bool, typer.Option("--ceph/--no-ceph", help="a stand-in Ceph cluster, mounted at /shared")] = True,
 ) -> None:
     """Start a head node and N DGX stand-ins and write the lab inventory for them."""
     from corectl import secrets
     from corectl.commands.inventory import render_site
+    from corectl.lab import ceph as lab_ceph
     from corectl.lab.nodes import LabSpec, up
 
     site = _site(inventory)
-    started = up(LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix))
+    spec = LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix, ceph=ceph)
+    started = up(spec)
     render_site(site, check_only=False)
     secrets.init(site)
+    if ceph:
+        out.print(f"ceph     {lab_ceph.ensure(spec):15} (stand-in Ceph: mon, mgr, OSD, MDS; CephFS at /shared)")
     for node in started:
         out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     out.print(f"lab '{site.name}' is up; next: corectl provision --inventory {inventory}")

@@ -142,8 +142,7 @@ def runner_kwargs(
             "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site),
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir(site)),
             "ANSIBLE_FORCE_COLOR": "False",
-            # ansible-playbook comes with corectl's Python environment, on PATH or not
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            "PATH": _path_with_ansible(),
         },
     }
     if vault_password_file is not None:
@@ -205,14 +204,12 @@ class _Cancel:
         return self.requested.is_set()
 
 
-def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResult:
-    """Run a playbook; ``sink`` sees every event (for live progress). Records corectl.json."""
+def _execute(request: RunRequest, build: Callable[[Path, str], dict[str, Any]], sink: EventSink | None) -> RunResult:
+    """One ansible-runner run: fresh private dir, live events, our cancel, corectl.json."""
     import ansible_runner  # heavy import, only when a run happens
 
     site = request.site
     site.runs_dir.mkdir(parents=True, exist_ok=True)
-    site.facts_dir.mkdir(parents=True, exist_ok=True)
-    site.known_hosts.touch(exist_ok=True)
     ident = new_ident()
     collected: dict[str, HostStats] = {}
     started = time.monotonic()
@@ -226,21 +223,54 @@ def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResul
         return True  # keep the event: ansible-runner drops it (and the stats) otherwise
 
     with tempfile.TemporaryDirectory(prefix="corectl-run-") as tmp, _Cancel() as cancel:
-        vault_file = password_file_for_run(site, Path(tmp)) if request.secrets else None
-        kwargs = runner_kwargs(request, Path(tmp), ident, vault_file)
-        result = ansible_runner.run(**kwargs, event_handler=on_event, cancel_callback=cancel)
+        result = ansible_runner.run(**build(Path(tmp), ident), event_handler=on_event, cancel_callback=cancel)
         status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
         if cancel.requested.is_set():
             status, rc = "canceled", 130
-    run = RunResult(
-        status=status,
-        rc=rc,
-        hosts=collected,
-        artifact_dir=site.runs_dir / ident,
-        elapsed=time.monotonic() - started,
-    )
+    run = RunResult(status, rc, collected, site.runs_dir / ident, time.monotonic() - started)
     record(request, run, started_at)
     return run
+
+
+def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResult:
+    """Run a playbook of the project on the site; ``sink`` sees every event (live progress)."""
+    site = request.site
+    site.facts_dir.mkdir(parents=True, exist_ok=True)
+    site.known_hosts.touch(exist_ok=True)
+
+    def build(private_dir: Path, ident: str) -> dict[str, Any]:
+        vault_file = password_file_for_run(site, private_dir) if request.secrets else None
+        return runner_kwargs(request, private_dir, ident, vault_file)
+
+    return _execute(request, build, sink)
+
+
+def run_standalone(
+    playbook: Path, inventory: dict[str, Any], extravars: dict[str, Any], site: Site, command: str
+) -> RunResult:
+    """Run a playbook outside the site inventory (the lab's infrastructure containers)."""
+    request = RunRequest(site=site, playbook=str(playbook), command=command, secrets=False)
+
+    def build(private_dir: Path, ident: str) -> dict[str, Any]:
+        return {
+            "private_data_dir": str(private_dir),
+            "project_dir": str(site.root),
+            "playbook": str(playbook),
+            "inventory": inventory,
+            "extravars": extravars,
+            "artifact_dir": str(site.runs_dir),
+            "ident": ident,
+            "rotate_artifacts": KEEP_RUNS,
+            "quiet": True,
+            "envvars": {"ANSIBLE_CONFIG": str(site.root / "ansible.cfg"), "PATH": _path_with_ansible()},
+        }
+
+    return _execute(request, build, None)
+
+
+def _path_with_ansible() -> str:
+    """ansible-playbook comes with corectl's Python environment, on PATH or not."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
 def record(request: RunRequest, run: RunResult, started_at: str) -> None:

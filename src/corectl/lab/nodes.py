@@ -52,10 +52,15 @@ class LabSpec:
     # Slurm puts job cgroups in the host's tree as /slurm_<node>: two labs on one machine need
     # different node names (the end-to-end test uses its own prefix).
     prefix: str = ""
+    # a stand-in Ceph cluster beside the nodes, mounted with ceph-fuse at /shared
+    ceph: bool = False
 
     @property
     def network(self) -> str:
         return f"corectl-{self.site.name}"
+
+    def ceph_address(self) -> str:
+        return str(ipaddress.IPv4Network(self.subnet).network_address + 5)
 
     def container(self, node: str) -> str:
         return f"corectl-{self.site.name}-{node}"
@@ -131,6 +136,18 @@ def lab_cluster(spec: LabSpec) -> dict:
             {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
         ],
         "monitoring": {"prometheus": True, "scrape_interval": "15s", "retention": "2d"},
+        **(
+            {
+                "cephfs": {
+                    "monitors": [f"{spec.ceph_address()}:6789"],
+                    "mounts": [
+                        {"fs_name": "cephfs", "path": "/", "mountpoint": "/shared", "client": "corectl", "fuse": True}
+                    ],
+                }
+            }
+            if spec.ceph
+            else {}
+        ),
     }
 
 

@@ -1,0 +1,79 @@
+"""The lab's Ceph: one stand-in container running a whole Ceph cluster (tests/ceph/server.yml).
+
+It is infrastructure beside the cluster, not a cluster node: cluster.yml only names its
+monitor. Its client key is generated here and stored in the site's vault like any cephx key.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import time
+
+import yaml
+
+from corectl import secrets
+from corectl.errors import CorectlError
+from corectl.lab.docker import docker
+from corectl.lab.image import ensure_image
+from corectl.lab.nodes import LABEL, NODE_FLAGS, LabSpec, _container_state, _wait_booted
+from corectl.runner import run_standalone
+
+CLIENT = "corectl"
+FS_NAME = "cephfs"
+
+
+def container(spec: LabSpec) -> str:
+    return spec.container(f"{spec.prefix}ceph")
+
+
+def new_cephx_key() -> str:
+    """A cephx secret in Ceph's encoding (type, creation time, length, 16 random bytes)."""
+    blob = struct.pack("<HIIH", 1, int(time.time()), 0, 16) + os.urandom(16)
+    return base64.b64encode(blob).decode()
+
+
+def _stored_key(spec: LabSpec) -> str | None:
+    files = secrets.SecretFiles(spec.site)
+    if not files.variables.is_file():
+        return None
+    vault = secrets._vault(secrets.vault_password(files))
+    values = yaml.safe_load(vault.decrypt(files.variables.read_bytes())) or {}
+    return (values.get(secrets.CEPH_KEYS) or {}).get(CLIENT)
+
+
+def ensure(spec: LabSpec) -> str:
+    """Start the Ceph container and its cluster (idempotent); return the monitor address."""
+    name = container(spec)
+    state = _container_state(name)
+    if state is None:
+        docker(
+            "run", "--detach", f"--name={name}", f"--hostname={spec.prefix}ceph",
+            f"--network={spec.network}", f"--ip={spec.ceph_address()}",
+            f"--label={LABEL}={spec.site.name}", f"--label=corectl.node={spec.prefix}ceph",
+            *NODE_FLAGS, ensure_image(), "/sbin/init",
+        )  # fmt: skip
+    elif state != "running":
+        docker("start", name)
+    _wait_booted(name)
+    key = _stored_key(spec) or new_cephx_key()
+    inventory = {
+        "ceph_server": {"hosts": {f"{spec.prefix}ceph": {"ansible_connection": "community.docker.docker",
+                                                         "ansible_host": name}}}
+    }  # fmt: skip
+    extravars = {
+        "ceph_server_address": spec.ceph_address(),
+        "ceph_server_network": spec.subnet,
+        "ceph_server_filesystems": [FS_NAME],
+        "ceph_server_clients": [{"name": CLIENT, "key": key}],
+    }
+    playbook = spec.site.root / "tests" / "ceph" / "server.yml"
+    result = run_standalone(playbook, inventory, extravars, spec.site, "lab ceph")
+    if not result.ok:
+        tail = result.output_tail(1)
+        raise CorectlError(
+            f"the lab's Ceph did not come up ({tail[-1] if tail else result.status}); see {result.artifact_dir}"
+        )
+    secrets.set_ceph_key(spec.site, CLIENT, key)
+    return spec.ceph_address()
