@@ -168,10 +168,11 @@ def lab_up(
     started = up(spec)
     render_site(site, check_only=False)
     secrets.init(site)
-    if ceph:
-        out.print(f"ceph     {lab_ceph.ensure(spec):15} (stand-in Ceph: mon, mgr, OSD, MDS; CephFS at /shared)")
+    ceph_address = lab_ceph.ensure(spec) if ceph else None
     for node in started:
         out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
+    if ceph_address:
+        out.print(f"{'ceph':8} {ceph_address:15} stand-in Ceph (mon, mgr, OSD, MDS): CephFS mounted at /shared")
     out.print(f"lab '{site.name}' is up; next: corectl provision --inventory {inventory}")
 
 
