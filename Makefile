@@ -28,8 +28,8 @@ lab-down: setup
 test: lint pytest molecule
 
 lint: setup
-	ruff check src tests
-	ruff format --check src tests
+	ruff check src tests bench
+	ruff format --check src tests bench
 	ansible-lint
 
 image: setup

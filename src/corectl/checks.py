@@ -67,6 +67,10 @@ def expand_nodes(config: ClusterConfig, problems: list[Problem]) -> list[Node]:
     return nodes
 
 
+def _unknown(path: PathKey, kind: str, name: str, declared: Iterable[str]) -> Problem:
+    return Problem(path, f"unknown {kind} '{name}' (declared: {_choices(declared)})")
+
+
 def _duplicates(items: Iterable[tuple[str | int, PathKey]], what: str) -> list[Problem]:
     """One problem per (place, first place) pair, so a clashing range reports once."""
     seen: dict[str | int, PathKey] = {}
@@ -106,12 +110,7 @@ def _check_nodes(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems: list[Problem] = []
     for index, entry in enumerate(config.nodes):
         if entry.profile not in config.profiles:
-            problems.append(
-                Problem(
-                    ("nodes", index, "profile"),
-                    f"unknown profile '{entry.profile}' (declared: {_choices(config.profiles)})",
-                )
-            )
+            problems.append(_unknown(("nodes", index, "profile"), "profile", entry.profile, config.profiles))
         if len(set(entry.roles)) != len(entry.roles):
             problems.append(Problem(("nodes", index, "roles"), "a role is listed twice"))
     problems += _duplicates(((n.name, ("nodes", n.source, "name")) for n in nodes), "node name")
@@ -161,12 +160,7 @@ def _check_fabric(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     for i, switch in enumerate(fabric.switches):
         for j, child in enumerate(switch.switches):
             if child not in switches:
-                problems.append(
-                    Problem(
-                        ("fabric", "switches", i, "switches", j),
-                        f"unknown switch '{child}' (declared: {_choices(switches)})",
-                    )
-                )
+                problems.append(_unknown(("fabric", "switches", i, "switches", j), "switch", child, switches))
             elif child == switch.name:
                 problems.append(Problem(("fabric", "switches", i, "switches", j), "a switch cannot contain itself"))
     parents: dict[str, list[str]] = {}
@@ -185,9 +179,7 @@ def _check_fabric(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
             continue
         target = switches.get(entry.leaf)
         if target is None:
-            problems.append(
-                Problem(("nodes", index, "leaf"), f"unknown switch '{entry.leaf}' (declared: {_choices(switches)})")
-            )
+            problems.append(_unknown(("nodes", index, "leaf"), "switch", entry.leaf, switches))
         elif target.switches:
             problems.append(
                 Problem(("nodes", index, "leaf"), f"'{entry.leaf}' has switches below it, so it is not a leaf")
@@ -219,14 +211,10 @@ def _check_identities(config: ClusterConfig) -> list[Problem]:
     problems += _duplicates(((u.uid, ("users", i, "uid")) for i, u in enumerate(config.users)), "uid")
     for i, user in enumerate(config.users):
         if user.group not in groups:
-            problems.append(
-                Problem(("users", i, "group"), f"unknown group '{user.group}' (declared: {_choices(groups)})")
-            )
+            problems.append(_unknown(("users", i, "group"), "group", user.group, groups))
         for j, extra in enumerate(user.groups):
             if extra not in groups:
-                problems.append(
-                    Problem(("users", i, "groups", j), f"unknown group '{extra}' (declared: {_choices(groups)})")
-                )
+                problems.append(_unknown(("users", i, "groups", j), "group", extra, groups))
     return problems
 
 
@@ -256,12 +244,7 @@ def _check_slurm(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
                 problems.append(Problem(path, f"node '{member}' is not a compute node"))
         for j, group in enumerate(partition.allow_groups):
             if group not in groups:
-                problems.append(
-                    Problem(
-                        ("slurm", "partitions", i, "allow_groups", j),
-                        f"unknown group '{group}' (declared: {_choices(groups)})",
-                    )
-                )
+                problems.append(_unknown(("slurm", "partitions", i, "allow_groups", j), "group", group, groups))
     return problems
 
 
