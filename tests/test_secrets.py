@@ -9,6 +9,7 @@ import yaml
 
 from corectl import secrets
 from corectl.errors import CorectlError
+from corectl.lab.nodes import LabSpec, lab_cluster
 from corectl.site import Site
 
 
@@ -18,9 +19,10 @@ def site(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
     directory = tmp_path / "site"
     directory.mkdir()
-    # the lab's cluster.yml declares no CephFS mounts (no cephx keys needed)
-    (directory / "cluster.yml").write_text((root / "inventories" / "lab" / "cluster.yml").read_text())
-    return Site(root=root, directory=directory)
+    site = Site(root=root, directory=directory)
+    # a lab without Ceph: no CephFS mounts, so no cephx keys needed
+    (directory / "cluster.yml").write_text(yaml.safe_dump(lab_cluster(LabSpec(site=site, ceph=False))))
+    return site
 
 
 def test_init_generates_encrypted_secrets_once(site: Site):
