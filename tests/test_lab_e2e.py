@@ -116,6 +116,25 @@ def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
         assert not any(needle in data for needle in needles), path
 
 
+def test_drain_and_resume(lab: Path):
+    head, args = "corectl-labtest-e2e-head01", ["--inventory", str(lab)]
+
+    def state() -> str:
+        return docker_exec(head, "sinfo", "--noheader", "--Node", "--nodes", "e2e-dgx01", "--format", "%t|%E").strip()
+
+    corectl("drain", "e2e-dgx01", "--reason", "e2e maintenance", *args)
+    assert state() == "drain|e2e maintenance"
+    again = corectl("drain", "e2e-dgx01", "--reason", "e2e maintenance", *args)
+    assert runs(lab)[-1]["hosts"]["e2e-head01"]["changed"] == 0, again.stdout  # already drained: no-op
+    corectl("resume", "e2e-dgx01", *args)
+    assert state() == "idle|none"
+    refused = corectl("drain", "e2e-head01", "--reason", "x", *args, check=False)
+    assert refused.returncode == 2
+    assert "not compute nodes of site labtest: e2e-head01" in refused.stderr
+    listing = corectl("runs", *args)
+    assert "drain e2e-dgx01" in listing.stdout and "resume e2e-dgx01" in listing.stdout
+
+
 def test_cephfs_is_shared_between_nodes(lab: Path):
     head, dgx = "corectl-labtest-e2e-head01", "corectl-labtest-e2e-dgx01"
     assert docker_exec(dgx, "findmnt", "--noheadings", "--output", "FSTYPE", "/shared").strip() == "fuse.ceph-fuse"

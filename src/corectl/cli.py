@@ -110,6 +110,41 @@ def provision(
         raise CorectlError(f"provision failed: {failed}", exit_code=130 if result.status == "canceled" else 1)
 
 
+@app.command()
+def drain(
+    nodes: Annotated[str, typer.Argument(help="compute node(s), e.g. dgx03 or dgx[01-04]")],
+    inventory: InventoryOpt,
+    reason: Annotated[str, typer.Option("--reason", "-r", help="why (shown by sinfo -R)")] = "",
+) -> None:
+    """Drain nodes in Slurm: running jobs finish, no new jobs start there."""
+    from corectl.commands.nodes import set_state
+
+    result = set_state(_site(inventory), out, nodes, "drain", reason)
+    if not result.ok:
+        raise CorectlError(f"drain failed: {', '.join(result.failed_hosts) or result.status}")
+
+
+@app.command()
+def resume(
+    nodes: Annotated[str, typer.Argument(help="compute node(s), e.g. dgx03 or dgx[01-04]")],
+    inventory: InventoryOpt,
+) -> None:
+    """Return drained nodes to service in Slurm."""
+    from corectl.commands.nodes import set_state
+
+    result = set_state(_site(inventory), out, nodes, "resume")
+    if not result.ok:
+        raise CorectlError(f"resume failed: {', '.join(result.failed_hosts) or result.status}")
+
+
+@app.command()
+def runs(inventory: InventoryOpt, last: Annotated[int, typer.Option(help="how many runs to list")] = 20) -> None:
+    """List past runs (when, command, result, hosts changed/failed) from the kept artifacts."""
+    from corectl.commands.history import runs_table
+
+    out.print(runs_table(_site(inventory), last))
+
+
 @secrets_app.command("init")
 def secrets_init(inventory: InventoryOpt) -> None:
     """Generate every missing secret of the site (existing ones are kept), vault-encrypted."""
