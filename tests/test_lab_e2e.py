@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from corectl import secrets
 from corectl.runner import control_path_dir
@@ -97,17 +96,18 @@ def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
     assert sinfo.split() == ["e2e-dgx01", "idle", "batch*"]
     assert docker_exec(head, "srun", "--nodes=1", "hostname").strip() == "e2e-dgx01"
     # the generated secrets reached the nodes ...
-    files = secrets.SecretFiles(resolve_site(str(lab)))
-    vault = secrets._vault(secrets.vault_password(files))
-    key = vault.decrypt(files.munge_key.read_bytes())
-    password = yaml.safe_load(vault.decrypt(files.variables.read_bytes()))["corectl_slurm_db_password"]
+    site = resolve_site(str(lab))
+    files = secrets.SecretFiles(site)
+    key = secrets._vault(secrets.vault_password(files)).decrypt(files.munge_key.read_bytes())
+    values = secrets.read_values(site)
+    password = values["corectl_slurm_db_password"]
     node_key = subprocess.run(
         ["docker", "exec", "corectl-labtest-e2e-dgx01", "cat", "/etc/munge/munge.key"],
         capture_output=True, check=True,
     ).stdout  # fmt: skip
     assert node_key == key
     # ... and appear nowhere in what the runs kept
-    ceph_key = yaml.safe_load(vault.decrypt(files.variables.read_bytes()))["corectl_cephfs_client_keys"]["corectl"]
+    ceph_key = values["corectl_cephfs_client_keys"]["corectl"]
     needles = [password.encode(), key[:24], base64.b64encode(key)[:32], ceph_key.encode()]
     artifacts = [p for p in (lab / ".runs").rglob("*") if p.is_file()]
     assert len(artifacts) > 10

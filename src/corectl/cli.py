@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import click
@@ -43,7 +44,8 @@ app.add_typer(lab_app, name="lab")
 secrets_app = typer.Typer(help="Site secrets (munge key, database passwords), vault-encrypted.", no_args_is_help=True)
 app.add_typer(secrets_app, name="secrets")
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output (CI logs, grep) gets whole lines instead of rich's 80-column default.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 InventoryOpt = Annotated[
     str,
@@ -174,8 +176,6 @@ def secrets_set_ceph_key(
     inventory: InventoryOpt,
 ) -> None:
     """Store a CephFS client key read from standard input (ceph auth get-key client.ID | ...)."""
-    import sys
-
     from corectl import secrets
 
     site = _site(inventory)

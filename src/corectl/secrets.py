@@ -14,6 +14,7 @@ import re
 import secrets as random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -95,6 +96,14 @@ def _write_encrypted(path: Path, data: bytes, password: bytes) -> None:
     tmp.replace(path)
 
 
+def read_values(site: Site) -> dict[str, Any]:
+    """The decrypted secrets.yml ({} when it does not exist yet)."""
+    files = SecretFiles(site)
+    if not files.variables.is_file():
+        return {}
+    return yaml.safe_load(_decrypt(files, files.variables, vault_password(files))) or {}
+
+
 def init(site: Site) -> list[str]:
     """Create whatever secret is missing; never replace an existing one. Returns what was made."""
     files = SecretFiles(site)
@@ -133,10 +142,9 @@ def set_ceph_key(site: Site, client: str, key: str) -> None:
     if not CEPH_KEY.match(key):
         raise CorectlError(f"the key for client.{client} is not a cephx key (ceph auth get-key client.{client})")
     files = SecretFiles(site)
-    password = vault_password(files)
-    values = yaml.safe_load(_decrypt(files, files.variables, password)) or {}
+    values = read_values(site)
     values.setdefault(CEPH_KEYS, {})[client] = key
-    _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
+    _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), vault_password(files))
 
 
 def check(site: Site) -> None:

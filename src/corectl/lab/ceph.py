@@ -11,13 +11,11 @@ import os
 import struct
 import time
 
-import yaml
-
 from corectl import secrets
 from corectl.errors import CorectlError
 from corectl.lab.docker import docker
 from corectl.lab.image import ensure_image
-from corectl.lab.nodes import LABEL, NODE_FLAGS, LabSpec, _container_state, _wait_booted
+from corectl.lab.nodes import LABEL, NODE_FLAGS, LabSpec, container_state, wait_booted
 from corectl.runner import run_standalone
 
 CLIENT = "corectl"
@@ -35,18 +33,13 @@ def new_cephx_key() -> str:
 
 
 def _stored_key(spec: LabSpec) -> str | None:
-    files = secrets.SecretFiles(spec.site)
-    if not files.variables.is_file():
-        return None
-    vault = secrets._vault(secrets.vault_password(files))
-    values = yaml.safe_load(vault.decrypt(files.variables.read_bytes())) or {}
-    return (values.get(secrets.CEPH_KEYS) or {}).get(CLIENT)
+    return (secrets.read_values(spec.site).get(secrets.CEPH_KEYS) or {}).get(CLIENT)
 
 
 def ensure(spec: LabSpec) -> str:
     """Start the Ceph container and its cluster (idempotent); return the monitor address."""
     name = container(spec)
-    state = _container_state(name)
+    state = container_state(name)
     if state is None:
         docker(
             "run", "--detach", f"--name={name}", f"--hostname={spec.prefix}ceph",
@@ -56,7 +49,7 @@ def ensure(spec: LabSpec) -> str:
         )  # fmt: skip
     elif state != "running":
         docker("start", name)
-    _wait_booted(name)
+    wait_booted(name)
     key = _stored_key(spec) or new_cephx_key()
     inventory = {
         "ceph_server": {"hosts": {f"{spec.prefix}ceph": {"ansible_connection": "community.docker.docker",

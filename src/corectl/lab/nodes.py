@@ -197,7 +197,7 @@ def ensure_key(site: Site) -> Path:
     return key
 
 
-def _container_state(name: str) -> str | None:
+def container_state(name: str) -> str | None:
     out = docker("ps", "-a", "--filter", f"name=^{name}$", "--format", "{{.State}}").strip()
     return out or None
 
@@ -228,7 +228,7 @@ def _port_free(port: int) -> bool:
 
 def _start_node(spec: LabSpec, node: LabNode, image: str) -> None:
     name = spec.container(node.name)
-    state = _container_state(name)
+    state = container_state(name)
     if state == "running":
         return
     if state is not None:
@@ -252,7 +252,7 @@ def _start_node(spec: LabSpec, node: LabNode, image: str) -> None:
     )
 
 
-def _wait_booted(container: str, timeout: float = 90.0) -> None:
+def wait_booted(container: str, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
@@ -344,7 +344,7 @@ def up(spec: LabSpec) -> list[LabNode]:
         _start_node(spec, node, image)
     for node in nodes:
         container = spec.container(node.name)
-        _wait_booted(container)
+        wait_booted(container)
         _authorize(container, public_key)
         if not node.head:
             _ensure_gpu_devices(container)
