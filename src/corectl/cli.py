@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
@@ -11,6 +11,9 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from corectl.errors import CorectlError, ValidationFailed
+
+if TYPE_CHECKING:
+    from corectl.runner import RunResult
 
 err = Console(stderr=True, highlight=False)
 
@@ -51,6 +54,17 @@ InventoryOpt = Annotated[
     str,
     typer.Option("--inventory", "-i", help="site name under inventories/, or a path to a site directory"),
 ]
+
+
+def _require_ok(result: RunResult, what: str) -> None:
+    """A run with failed or unreachable hosts (or none that ran) ends the command non-zero."""
+    if result.ok:
+        return
+    failed = ", ".join(result.failed_hosts)
+    if not failed:
+        tail = result.output_tail(1)
+        failed = f"{result.status}: {tail[-1] if tail else 'no output'}"
+    raise CorectlError(f"{what} failed: {failed}", exit_code=130 if result.status == "canceled" else 1)
 
 
 def _site(inventory: str):  # noqa: ANN202 - Site, imported lazily
@@ -103,13 +117,7 @@ def provision(
     """Validate, render and run the site playbook on the site's nodes."""
     from corectl.commands.provision import provision as run_provision
 
-    result = run_provision(_site(inventory), out, limit=limit, tags=tags, check=check, diff=diff)
-    if not result.ok:
-        failed = ", ".join(result.failed_hosts)
-        if not failed:
-            tail = result.output_tail(1)
-            failed = f"{result.status}: {tail[-1] if tail else 'no output'}"
-        raise CorectlError(f"provision failed: {failed}", exit_code=130 if result.status == "canceled" else 1)
+    _require_ok(run_provision(_site(inventory), out, limit=limit, tags=tags, check=check, diff=diff), "provision")
 
 
 @app.command()
@@ -121,9 +129,7 @@ def drain(
     """Drain nodes in Slurm: running jobs finish, no new jobs start there."""
     from corectl.commands.nodes import set_state
 
-    result = set_state(_site(inventory), out, nodes, "drain", reason)
-    if not result.ok:
-        raise CorectlError(f"drain failed: {', '.join(result.failed_hosts) or result.status}")
+    _require_ok(set_state(_site(inventory), out, nodes, "drain", reason), "drain")
 
 
 @app.command()
@@ -134,9 +140,7 @@ def resume(
     """Return drained nodes to service in Slurm."""
     from corectl.commands.nodes import set_state
 
-    result = set_state(_site(inventory), out, nodes, "resume")
-    if not result.ok:
-        raise CorectlError(f"resume failed: {', '.join(result.failed_hosts) or result.status}")
+    _require_ok(set_state(_site(inventory), out, nodes, "resume"), "resume")
 
 
 @app.command()
@@ -193,17 +197,12 @@ def lab_up(
     ceph: Annotated[bool, typer.Option("--ceph/--no-ceph", help="a stand-in Ceph cluster, mounted at /shared")] = True,
 ) -> None:
     """Start a head node and N DGX stand-ins and write the lab inventory for them."""
-    from corectl import secrets
-    from corectl.commands.inventory import render_site
-    from corectl.lab import ceph as lab_ceph
-    from corectl.lab.nodes import LabSpec, up
+    from corectl.commands.lab import lab_up as start
+    from corectl.lab.nodes import LabSpec
 
     site = _site(inventory)
     spec = LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix, ceph=ceph)
-    started = up(spec)
-    render_site(site, check_only=False)
-    secrets.init(site)
-    ceph_address = lab_ceph.ensure(spec) if ceph else None
+    started, ceph_address = start(spec)
     for node in started:
         out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     if ceph_address:

@@ -55,6 +55,16 @@ class LabSpec:
     # a stand-in Ceph cluster beside the nodes, mounted with ceph-fuse at /shared
     ceph: bool = False
 
+    def __post_init__(self) -> None:
+        try:
+            ipaddress.IPv4Network(self.subnet)
+        except ValueError:
+            raise CorectlError(
+                f"--subnet {self.subnet}: not an IPv4 network such as 172.29.10.0/24", exit_code=2
+            ) from None
+        if not 1024 <= self.ssh_port_base <= 65535 - 64:
+            raise CorectlError(f"--ssh-port-base {self.ssh_port_base}: choose a port from 1024 to 65471", exit_code=2)
+
     @property
     def network(self) -> str:
         return f"corectl-{self.site.name}"
