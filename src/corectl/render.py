@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from corectl import hostlist
+from corectl.files import write_if_changed
 from corectl.model import ROLES, Cluster, Node, Profile
 
 HEADER = (
@@ -194,10 +195,4 @@ def is_current(cluster: Cluster, inventory_dir: Path) -> bool:
 
 def write(cluster: Cluster, inventory_dir: Path) -> bool:
     """Write hosts.yml; return True when its content changed."""
-    if is_current(cluster, inventory_dir):
-        return False
-    path = hosts_file(inventory_dir)
-    tmp = path.with_suffix(".yml.tmp")
-    tmp.write_text(render_text(cluster), encoding="utf-8")
-    tmp.replace(path)
-    return True
+    return write_if_changed(hosts_file(inventory_dir), render_text(cluster))

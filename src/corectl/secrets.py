@@ -112,9 +112,7 @@ def init(site: Site) -> list[str]:
     if not files.munge_key.is_file():
         _write_encrypted(files.munge_key, os.urandom(MUNGE_KEY_BYTES), password)
         made.append(str(files.munge_key))
-    values: dict[str, str] = {}
-    if files.variables.is_file():
-        values = yaml.safe_load(_decrypt(files, files.variables, password)) or {}
+    values = read_values(site)
     missing = [name for name in PASSWORDS if name not in values]
     if missing:
         for name in missing:

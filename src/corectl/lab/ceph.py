@@ -13,9 +13,8 @@ import time
 
 from corectl import secrets
 from corectl.errors import CorectlError
-from corectl.lab.docker import docker
 from corectl.lab.image import ensure_image
-from corectl.lab.nodes import LABEL, NODE_FLAGS, LabSpec, container_state, wait_booted
+from corectl.lab.nodes import LabSpec, start_container, wait_booted
 from corectl.runner import run_standalone
 
 CLIENT = "corectl"
@@ -39,16 +38,7 @@ def _stored_key(spec: LabSpec) -> str | None:
 def ensure(spec: LabSpec) -> str:
     """Start the Ceph container and its cluster (idempotent); return the monitor address."""
     name = container(spec)
-    state = container_state(name)
-    if state is None:
-        docker(
-            "run", "--detach", f"--name={name}", f"--hostname={spec.prefix}ceph",
-            f"--network={spec.network}", f"--ip={spec.ceph_address()}",
-            f"--label={LABEL}={spec.site.name}", f"--label=corectl.node={spec.prefix}ceph",
-            *NODE_FLAGS, ensure_image(), "/sbin/init",
-        )  # fmt: skip
-    elif state != "running":
-        docker("start", name)
+    start_container(spec, f"{spec.prefix}ceph", spec.ceph_address(), ensure_image())
     wait_booted(name)
     key = _stored_key(spec) or new_cephx_key()
     inventory = {

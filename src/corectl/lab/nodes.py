@@ -14,6 +14,7 @@ import yaml
 
 from corectl import hostlist
 from corectl.errors import CorectlError
+from corectl.files import write_if_changed
 from corectl.lab.docker import docker, ensure_engine
 from corectl.lab.image import ensure_image
 from corectl.site import Site
@@ -182,18 +183,13 @@ def write_inventory(spec: LabSpec) -> None:
     (site.directory / "group_vars").mkdir(parents=True, exist_ok=True)
     (site.directory / "host_vars").mkdir(parents=True, exist_ok=True)
     header = "# Written by `corectl lab up`; `corectl lab up` rewrites it. See docs/testing.md.\n"
-    _write_if_changed(site.cluster_file, _dump(lab_cluster(spec), header))
-    _write_if_changed(site.directory / "group_vars" / "all.yml", _dump(LAB_GROUP_VARS, header))
+    write_if_changed(site.cluster_file, _dump(lab_cluster(spec), header))
+    write_if_changed(site.directory / "group_vars" / "all.yml", _dump(LAB_GROUP_VARS, header))
     head = spec.nodes()[0]
-    _write_if_changed(
+    write_if_changed(
         site.directory / "host_vars" / f"{head.name}.yml",
         _dump({"base_chrony_allow": [spec.subnet], "base_chrony_local_stratum": 8}, header),
     )
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        path.write_text(text, encoding="utf-8")
 
 
 def ensure_key(site: Site) -> Path:
@@ -236,26 +232,30 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _start_node(spec: LabSpec, node: LabNode, image: str) -> None:
-    name = spec.container(node.name)
+def start_container(spec: LabSpec, hostname: str, address: str, image: str, ssh_port: int | None = None) -> None:
+    """Start (or restart) one of the lab's systemd containers; publish its sshd when asked."""
+    name = spec.container(hostname)
     state = container_state(name)
     if state == "running":
         return
     if state is not None:
         docker("start", name)
         return
-    if not _port_free(node.ssh_port):
-        raise CorectlError(f"127.0.0.1:{node.ssh_port} is taken; choose another --ssh-port-base")
+    publish = []
+    if ssh_port is not None:
+        if not _port_free(ssh_port):
+            raise CorectlError(f"127.0.0.1:{ssh_port} is taken; choose another --ssh-port-base")
+        publish = [f"--publish=127.0.0.1:{ssh_port}:22"]
     docker(
         "run",
         "--detach",
         f"--name={name}",
-        f"--hostname={node.name}",
+        f"--hostname={hostname}",
         f"--network={spec.network}",
-        f"--ip={node.address}",
-        f"--publish=127.0.0.1:{node.ssh_port}:22",
+        f"--ip={address}",
+        *publish,
         f"--label={LABEL}={spec.site.name}",
-        f"--label=corectl.node={node.name}",
+        f"--label=corectl.node={hostname}",
         *NODE_FLAGS,
         image,
         "/sbin/init",
@@ -351,7 +351,7 @@ def up(spec: LabSpec) -> list[LabNode]:
     _ensure_network(spec)
     nodes = spec.nodes()
     for node in nodes:
-        _start_node(spec, node, image)
+        start_container(spec, node.name, node.address, image, node.ssh_port)
     for node in nodes:
         container = spec.container(node.name)
         wait_booted(container)
