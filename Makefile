@@ -44,7 +44,8 @@ molecule: image
 	@set -e; mkdir -p build; image=$$(corectl lab image); for s in $(MOLECULE_SCENARIOS); do \
 	  echo "=== molecule test -s $$s"; \
 	  CORECTL_NODE_IMAGE=$$image molecule test -s $$s 2>&1 | tee build/molecule-$$s.log; \
-	  test $${PIPESTATUS[0]} -eq 0; \
+	  if [ $${PIPESTATUS[0]} -ne 0 ]; then echo "=== molecule scenario $$s failed; the failing tasks:"; \
+	    grep -aE -A12 'fatal: |failed: \[|FAILED!|ERROR!' build/molecule-$$s.log | tail -80; exit 1; fi; \
 	  if [ -f molecule/$$s/secret-patterns ] && grep -aFf molecule/$$s/secret-patterns build/molecule-$$s.log; then \
 	    echo "=== molecule scenario $$s: a secret appeared in the output"; exit 1; fi; \
 	  echo "=== molecule scenario $$s: passed"; done
