@@ -11,8 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -21,6 +23,7 @@ from corectl.runner import control_path_dir
 from corectl.site import resolve_site
 
 pytestmark = pytest.mark.lab
+T = TypeVar("T")
 
 CORECTL = str(Path(sys.executable).parent / "corectl")
 SUBNET = "172.29.210.0/24"
@@ -55,7 +58,7 @@ def containers(site: Path) -> list[str]:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     site = tmp_path_factory.mktemp("sites") / "labtest"
     args = ["--inventory", str(site)]
-    options = ["--nodes", "1", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
+    options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
     corectl("lab", "up", *args, *options)
     try:
         yield site
@@ -67,20 +70,26 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_lab_up_wrote_the_inventory(lab: Path):
     assert (lab / "cluster.yml").is_file()
     assert (lab / "hosts.yml").is_file()
-    assert containers(lab) == ["corectl-labtest-e2e-ceph", "corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-head01"]
+    assert containers(lab) == [
+        "corectl-labtest-e2e-ceph",
+        "corectl-labtest-e2e-dgx01",
+        "corectl-labtest-e2e-dgx02",
+        "corectl-labtest-e2e-head01",
+        "corectl-labtest-e2e-repo",
+    ]
     known = (lab / "known_hosts").read_text().splitlines()
-    assert [line.split()[0] for line in known] == [f"[127.0.0.1]:{PORT_BASE}", f"[127.0.0.1]:{PORT_BASE + 1}"]
+    assert [line.split()[0] for line in known] == [f"[127.0.0.1]:{PORT_BASE + i}" for i in range(3)]
     corectl("render", "--check", "--inventory", str(lab))
 
 
 def test_provision_converges_then_changes_nothing(lab: Path):
     first = corectl("provision", "--inventory", str(lab))
-    assert "failed=0 hosts=2" in first.stdout
+    assert "failed=0 hosts=3" in first.stdout
     second = corectl("provision", "--inventory", str(lab))
-    assert "changed=0 failed=0 hosts=2" in second.stdout
+    assert "changed=0 failed=0 hosts=3" in second.stdout
     record = runs(lab)[-1]
     assert record["status"] == "successful"
-    assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01"}
+    assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
     assert all(h["changed"] == 0 and h["failed"] == 0 and h["unreachable"] == 0 for h in record["hosts"].values())
     # what the run did is real on the node: the compute node syncs time from the head node
     sources = subprocess.run(
@@ -93,8 +102,10 @@ def test_provision_converges_then_changes_nothing(lab: Path):
 def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
     head = "corectl-labtest-e2e-head01"
     sinfo = docker_exec(head, "sinfo", "--noheader", "--Node", "--format", "%N %t %P")
-    assert sinfo.split() == ["e2e-dgx01", "idle", "batch*"]
-    assert docker_exec(head, "srun", "--nodes=1", "hostname").strip() == "e2e-dgx01"
+    assert sinfo.split() == ["e2e-dgx01", "idle", "batch*", "e2e-dgx02", "idle", "batch*"]
+    # a declared user runs a 2-node job
+    out = docker_exec(head, "runuser", "-u", "alice", "--", "srun", "--nodes=2", "hostname")
+    assert sorted(out.split()) == ["e2e-dgx01", "e2e-dgx02"]
     # the generated secrets reached the nodes ...
     site = resolve_site(str(lab))
     files = secrets.SecretFiles(site)
@@ -114,6 +125,47 @@ def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
     for path in artifacts:
         data = path.read_bytes()
         assert not any(needle in data for needle in needles), path
+
+
+def prometheus(head: str, path: str) -> dict:
+    code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9090{path}').read().decode())"
+    return json.loads(docker_exec(head, "python3", "-c", code))
+
+
+def test_gpu_stack_monitoring_and_containers(lab: Path):
+    head, dgx = "corectl-labtest-e2e-head01", "corectl-labtest-e2e-dgx01"
+    # the driver, Fabric Manager and DCGM from the stand-in repository, at the declared versions
+    versions = docker_exec(
+        dgx, "dpkg-query", "-W", "-f=${Package}=${Version}\\n", "cuda-drivers-580", "nvidia-fabricmanager"
+    )
+    assert versions.split() == ["cuda-drivers-580=580.95.05-1", "nvidia-fabricmanager=580.95.05-1"]
+    assert (
+        docker_exec(dgx, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").split()
+        == ["580.95.05"] * 8
+    )
+    # Prometheus on the head node scrapes every node and the GPU node's dcgm-exporter
+    deadline = time.monotonic() + 120
+    while True:
+        targets = prometheus(head, "/api/v1/targets")["data"]["activeTargets"]
+        health = sorted((t["labels"].get("node", "self"), t["labels"]["job"], t["health"]) for t in targets)
+        if all(h[2] == "up" for h in health) or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert health == [
+        ("e2e-dgx01", "dcgm", "up"),
+        ("e2e-dgx01", "node", "up"),
+        ("e2e-dgx02", "dcgm", "up"),
+        ("e2e-dgx02", "node", "up"),
+        ("e2e-head01", "node", "up"),
+        ("self", "prometheus", "up"),
+    ]
+    series = prometheus(head, "/api/v1/query?query=DCGM_FI_DEV_GPU_TEMP")["data"]["result"]
+    per_node = sorted((s["metric"]["node"], int(s["metric"]["gpu"])) for s in series)
+    assert per_node == [(node, gpu) for node in ("e2e-dgx01", "e2e-dgx02") for gpu in range(8)]
+    # pyxis: a user's job step with --container-image
+    out = docker_exec(head, "runuser", "-u", "alice", "--", "srun", "--container-image=ubuntu:24.04",
+                      "sh", "-c", "echo image=$PYXIS_STANDIN_IMAGE")  # fmt: skip
+    assert out.strip() == "image=ubuntu:24.04"
 
 
 def test_drain_and_resume(lab: Path):
@@ -141,6 +193,109 @@ def test_cephfs_is_shared_between_nodes(lab: Path):
     docker_exec(head, "sh", "-c", "echo from-head > /shared/e2e-file && chown alice:research /shared/e2e-file")
     assert docker_exec(dgx, "stat", "--format", "%U %u", "/shared/e2e-file").strip() == "alice 20001"
     assert docker_exec(dgx, "cat", "/shared/e2e-file").strip() == "from-head"
+
+
+DGX1, HEAD = "corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-head01"
+
+
+def slurm_reason(node: str) -> str:
+    return docker_exec(HEAD, "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%t|%E").strip()
+
+
+def wait_for(what: Callable[[], T], predicate: Callable[[T], bool], timeout: float = 90.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if predicate(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(2)
+
+
+def health_report(lab: Path, *options: str) -> tuple[int, dict]:
+    result = corectl("health", "--inventory", str(lab), "--json", *options, check=False)
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_health_passes_on_every_compute_node(lab: Path):
+    rc, report = wait_for(lambda: health_report(lab), lambda r: r[0] == 0)
+    assert rc == 0, report
+    assert sorted(report["nodes"]) == ["e2e-dgx01", "e2e-dgx02"]
+    for node in report["nodes"].values():
+        passed = {c["name"] for c in node["checks"] if c["status"] == "pass"}
+        assert {"gpu-count", "driver-version", "fm-version", "fabric", "ecc", "xid", "nvlink", "ib", "mounts"} <= passed
+    table = corectl("status", "--inventory", str(lab)).stdout
+    assert "e2e-dgx01" in table and "ok " in table
+
+
+# (fault injected on dgx01, how to clear it, the check that must name it)
+FAULTS = [
+    ("gpu-sim fault lost-gpu --gpu 3", "gpu-sim clear", "gpu-count"),
+    ("gpu-sim fault ecc --gpu 1", "gpu-sim clear", "ecc"),
+    ("gpu-sim fault xid --gpu 2", "gpu-sim clear", "xid"),
+    ("gpu-sim fault nvlink-down --gpu 0", "gpu-sim clear", "nvlink"),
+    ("systemctl stop nvidia-fabricmanager", "systemctl start nvidia-fabricmanager", "fabricmanager"),
+    (
+        "cp /usr/lib/gpu-sim/fm-version /root/fm-version && echo 580.82.07 > /usr/lib/gpu-sim/fm-version",
+        "cp /root/fm-version /usr/lib/gpu-sim/fm-version",
+        "fm-version",
+    ),
+    ("gpu-sim fault hot --gpu 4", "gpu-sim clear", "temperature"),
+    ("gpu-sim fault ib-down", "gpu-sim clear", "ib"),
+    ("umount /shared", "mount /shared", "mounts"),
+]
+
+
+@pytest.mark.parametrize(("inject", "clear", "check"), FAULTS, ids=[f[2] for f in FAULTS])
+def test_injected_fault_fails_health_and_drains_the_node(lab: Path, inject: str, clear: str, check: str):
+    docker_exec(DGX1, "sh", "-c", inject)
+    try:
+        rc, report = health_report(lab)
+        assert rc == 1
+        assert report["nodes"]["e2e-dgx02"]["ok"] is True  # the healthy node stays healthy
+        failed = [c["name"] for c in report["nodes"]["e2e-dgx01"]["checks"] if c["status"] == "fail"]
+        assert failed[:1] == [check], report["nodes"]["e2e-dgx01"]
+        # Slurm's health check drains it with that reason within one interval (10 s in the lab)
+        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: f"corectl-health: {check}:" in r, 60)
+        assert state.startswith(("drain", "drng")) and f"corectl-health: {check}:" in state, state
+        assert slurm_reason("e2e-dgx02") == "idle|none"
+    finally:
+        docker_exec(DGX1, "sh", "-c", clear)
+    # cleared: the next health check resumes the node it drained
+    assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 60) == "idle|none"
+
+
+def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
+    args = ["--inventory", str(lab)]
+    job = docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx02", "--chdir=/tmp",
+        "--wrap", "sleep 75",
+    ).strip()  # fmt: skip
+    wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T").strip(),
+             lambda s: s == "RUNNING", 60)  # fmt: skip
+    group_vars = lab / "group_vars" / "all.yml"
+    group_vars.write_text(group_vars.read_text() + 'nvidia_driver_version: "580.105.08"\n')
+    # provision never replaces a running driver
+    refused = corectl("provision", *args, "--tags", "gpu", check=False)
+    assert refused.returncode == 1
+    upgrade = corectl("upgrade", "drivers", *args, "--batch", "1", "--timeout", "300")
+    assert "batch 1/2: e2e-dgx01" in upgrade.stdout and "batch 2/2: e2e-dgx02" in upgrade.stdout
+    upgrades = [r for r in runs(lab) if r["command"].startswith("upgrade drivers")]
+    assert [r["command"] for r in upgrades[-2:]] == ["upgrade drivers e2e-dgx01", "upgrade drivers e2e-dgx02"]
+    # the busy node's batch waited for the job: the job ended while that batch ran, and completed
+    sacct = docker_exec(HEAD, "sh", "-c", f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o State,ExitCode,End")
+    state, exit_code, end = sacct.strip().split("|")
+    assert (state, exit_code) == ("COMPLETED", "0:0")
+    started = datetime.fromisoformat(upgrades[-1]["started"]).timestamp()
+    assert started < int(end) < started + upgrades[-1]["elapsed_s"] + 5
+    for node in ("corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"):
+        smi = docker_exec(node, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+        assert smi.split() == ["580.105.08"] * 8
+        assert "580.105.08" in docker_exec(node, "nv-fabricmanager", "--version")
+    assert slurm_reason("e2e-dgx01") == "idle|none" and slurm_reason("e2e-dgx02") == "idle|none"
+    # nothing left to do: a second rollout touches no node
+    again = corectl("upgrade", "drivers", *args)
+    assert all(r["hosts"].get(n, {}).get("changed", 0) == 0 for r in runs(lab)[-2:] for n in ("e2e-dgx01", "e2e-dgx02"))
+    assert "batch" in again.stdout
 
 
 def test_limit_check_and_diff_pass_through(lab: Path):

@@ -44,6 +44,8 @@ app = typer.Typer(
 )
 lab_app = typer.Typer(help="The local stand-in cluster (systemd containers).", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
+upgrade_app = typer.Typer(help="Rolling, drain-aware upgrades.", no_args_is_help=True)
+app.add_typer(upgrade_app, name="upgrade")
 secrets_app = typer.Typer(help="Site secrets (munge key, database passwords), vault-encrypted.", no_args_is_help=True)
 app.add_typer(secrets_app, name="secrets")
 
@@ -144,6 +146,60 @@ def resume(
 
 
 @app.command()
+def health(
+    inventory: InventoryOpt,
+    limit: Annotated[
+        str | None, typer.Option("--limit", "-l", help="only these compute nodes/groups (Ansible pattern)")
+    ] = None,
+    level: Annotated[
+        int | None, typer.Option("--level", min=0, max=3, help="dcgmi diag level (0 off, 1-3); default: the nodes'")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print {nodes: {node: result}, ok} as JSON")] = False,
+) -> None:
+    """Run the node health checks on compute nodes in parallel; exit 1 if any node fails."""
+    import json
+
+    from corectl.commands.health import health as run_health
+    from corectl.commands.health import health_json, render_report
+
+    result = run_health(_site(inventory), err if json_out else out, limit=limit, level=level)
+    if json_out:
+        print(json.dumps(health_json(result.nodes), indent=2))
+    else:
+        out.print(render_report(result.nodes))
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(inventory: InventoryOpt) -> None:
+    """Show compute nodes with their Slurm state, reason, running jobs and last health check."""
+    from corectl.commands.health import last_verdicts
+    from corectl.commands.inventory import render_site
+    from corectl.commands.status import read_slurm_status, status_table
+
+    site = _site(inventory)
+    render_site(site, check_only=False)
+    out.print(status_table(read_slurm_status(site), last_verdicts(site)))
+
+
+@upgrade_app.command("drivers")
+def upgrade_drivers(
+    inventory: InventoryOpt,
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="nodes upgraded at a time")] = 1,
+    timeout: Annotated[
+        int, typer.Option("--timeout", min=60, help="seconds to wait for a node's running jobs to end")
+    ] = 3600,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="only these GPU nodes, e.g. dgx[01-04]")] = None,
+) -> None:
+    """Rolling, drain-aware upgrade to group_vars' nvidia_driver_version: idle nodes first, no job killed."""
+    from corectl.commands.upgrade import upgrade_drivers as run_upgrade
+
+    results = run_upgrade(_site(inventory), out, batch=batch, timeout=timeout, limit=limit)
+    out.print(f"upgrade drivers: {len(results)} batch(es) done", highlight=False)
+
+
+@app.command()
 def runs(inventory: InventoryOpt, last: Annotated[int, typer.Option(help="how many runs to list")] = 20) -> None:
     """List past runs (when, command, result, hosts changed/failed) from the kept artifacts."""
     from corectl.commands.history import runs_table
@@ -228,6 +284,24 @@ def lab_image() -> None:
     from corectl.lab.image import ensure_image
 
     out.print(ensure_image())
+
+
+@lab_app.command("repo")
+def lab_repo(
+    name: Annotated[str, typer.Option(help="container name")],
+    network: Annotated[str, typer.Option(help="docker network to serve on")] = "",
+    address: Annotated[str, typer.Option(help="the server's address on that network")] = "",
+    stop: Annotated[bool, typer.Option("--stop", help="remove the server instead")] = False,
+) -> None:
+    """Serve the stand-in package repository (tests/standin) on a test network; print its URL."""
+    from corectl.lab import repo
+
+    if stop:
+        repo.stop(name)
+        return
+    if not network or not address:
+        raise CorectlError("lab repo: --network and --address are required to serve", exit_code=2)
+    out.print(repo.serve(name, network, address, label=name))
 
 
 def main() -> None:

@@ -166,6 +166,10 @@ def inventory(cluster: Cluster) -> dict[str, Any]:
         members = [n.name for n in cluster.nodes if role in n.roles]
         if members:
             children[role] = {"hosts": {name: None for name in members}}
+    # GPU nodes (driver, DCGM, dcgm-exporter): every node whose profile declares GPUs
+    gpu_nodes = [n.name for n in cluster.nodes if cluster.config.profiles[n.profile].gpus is not None]
+    if gpu_nodes:
+        children["gpu"] = {"hosts": {name: None for name in gpu_nodes}}
     for profile in sorted(cluster.config.profiles):
         members = [n.name for n in cluster.nodes if n.profile == profile]
         if members:

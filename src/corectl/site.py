@@ -58,6 +58,11 @@ class Site:
         return self.directory / ".facts"
 
     @property
+    def health_file(self) -> Path:
+        """The last `corectl health` result per node (read by `corectl status`)."""
+        return self.directory / ".health.json"
+
+    @property
     def known_hosts(self) -> Path:
         return self.directory / "known_hosts"
 

@@ -15,6 +15,7 @@ import yaml
 from corectl import hostlist
 from corectl.errors import CorectlError
 from corectl.files import write_if_changed
+from corectl.lab import repo
 from corectl.lab.docker import docker, ensure_engine
 from corectl.lab.image import ensure_image
 from corectl.site import Site
@@ -72,6 +73,10 @@ class LabSpec:
 
     def ceph_address(self) -> str:
         return str(ipaddress.IPv4Network(self.subnet).network_address + 5)
+
+    def repo_address(self) -> str:
+        """The stand-in package repository's server (tests/standin)."""
+        return str(ipaddress.IPv4Network(self.subnet).network_address + 6)
 
     def container(self, node: str) -> str:
         return f"corectl-{self.site.name}-{node}"
@@ -171,6 +176,15 @@ LAB_GROUP_VARS = {
     "base_chrony_control_clock": False,
     # /proc/sys is read-only in a container: settings are written to sysctl.d, not applied live
     "base_sysctl_apply": False,
+    "enroot_sysctl_apply": False,
+    # no kernel modules in a container: the stand-in driver's `gpu-sim reload` plays the reload
+    "nvidia_driver_activation": "reload",
+    "nvidia_driver_reload_commands": [["gpu-sim", "reload"]],
+    # the simulated GPUs' InfiniBand ports and kernel log (XID events) live in gpu-sim's files
+    # short health interval: injected faults drain a node within seconds
+    "slurm_health_check_interval": 10,
+    "node_health_ib_sysfs_root": "/var/lib/gpu-sim/sysfs/class/infiniband",
+    "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
 }
 
 
@@ -178,13 +192,13 @@ def _dump(data: object, header: str) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
 
 
-def write_inventory(spec: LabSpec) -> None:
+def write_inventory(spec: LabSpec, repo_vars: dict | None = None) -> None:
     site = spec.site
     (site.directory / "group_vars").mkdir(parents=True, exist_ok=True)
     (site.directory / "host_vars").mkdir(parents=True, exist_ok=True)
     header = "# Written by `corectl lab up`; `corectl lab up` rewrites it. See docs/testing.md.\n"
     write_if_changed(site.cluster_file, _dump(lab_cluster(spec), header))
-    write_if_changed(site.directory / "group_vars" / "all.yml", _dump(LAB_GROUP_VARS, header))
+    write_if_changed(site.directory / "group_vars" / "all.yml", _dump({**LAB_GROUP_VARS, **(repo_vars or {})}, header))
     head = spec.nodes()[0]
     write_if_changed(
         site.directory / "host_vars" / f"{head.name}.yml",
@@ -349,6 +363,7 @@ def up(spec: LabSpec) -> list[LabNode]:
     public_key = key.with_suffix(".pub").read_text()
     spec.site.directory.mkdir(parents=True, exist_ok=True)
     _ensure_network(spec)
+    repo_vars = repo.lab_vars(spec.container(f"{spec.prefix}repo"), spec.network, spec.repo_address(), spec.site.name)
     nodes = spec.nodes()
     for node in nodes:
         start_container(spec, node.name, node.address, image, node.ssh_port)
@@ -360,7 +375,7 @@ def up(spec: LabSpec) -> list[LabNode]:
             _ensure_gpu_devices(container)
     _record_host_keys(spec)
     _check_ssh(spec, key)
-    write_inventory(spec)
+    write_inventory(spec, repo_vars)
     return nodes
 
 

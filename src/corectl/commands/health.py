@@ -1,0 +1,262 @@
+"""health: run corectl-health-check on compute nodes (playbooks/health.yml) and report node x check."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from corectl.commands.inventory import render_site
+from corectl.errors import CorectlError
+from corectl.files import write_if_changed
+from corectl.progress import LiveProgress, summary_table
+from corectl.runner import RunRequest, RunResult, run_playbook
+from corectl.site import Site
+
+# The checker's order (roles/node_health/files/corectl-health-check): most specific first.
+CHECK_ORDER = (
+    "reachable",
+    "checker",
+    "driver-version",
+    "gpu-count",
+    "fm-version",
+    "fabricmanager",
+    "fabric",
+    "persistence",
+    "ecc",
+    "nvlink",
+    "temperature",
+    "throttle",
+    "xid",
+    "ib",
+    "mounts",
+    "services",
+    "clock",
+    "dcgm-diag",
+)
+STATUSES = ("pass", "fail", "skip")
+
+Report = dict[str, Any]  # {"node", "ok", "checks": [{"name", "status", "message"}]}
+
+
+@dataclass
+class HealthResult:
+    """Every node's report (failed and unreachable nodes included) and the Ansible run behind it."""
+
+    nodes: dict[str, Report]
+    run: RunResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.nodes) and all(report["ok"] for report in self.nodes.values())
+
+    @property
+    def failed_nodes(self) -> list[str]:
+        return sorted(name for name, report in self.nodes.items() if not report["ok"])
+
+
+# --------------------------------------------------------------------------- pure functions (unit-tested)
+
+
+def failure(node: str, check: str, message: str) -> Report:
+    return {"node": node, "ok": False, "checks": [{"name": check, "status": "fail", "message": message}]}
+
+
+def normalize(node: str, data: Any) -> Report:
+    """A node's checker output made safe to show: known statuses, ok recomputed from the checks."""
+    if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
+        return failure(node, "checker", "unreadable result (no checks list)")
+    checks = []
+    for item in data["checks"]:
+        if not isinstance(item, dict) or not item.get("name"):
+            continue
+        status = str(item.get("status", "fail"))
+        checks.append(
+            {
+                "name": str(item["name"]),
+                "status": status if status in STATUSES else "fail",
+                "message": " ".join(str(item.get("message", "")).split()),
+            }
+        )
+    if not checks:
+        return failure(node, "checker", "the checker reported no checks")
+    ok = all(c["status"] != "fail" for c in checks)
+    return {"node": node, "ok": ok, "checks": checks}
+
+
+def read_reports(out_dir: Path) -> dict[str, Report]:
+    """<node>.json files written by playbooks/health.yml."""
+    reports: dict[str, Report] = {}
+    for path in sorted(out_dir.glob("*.json")):
+        node = path.stem
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            reports[node] = failure(node, "checker", f"unreadable result: {exc}")
+            continue
+        reports[node] = normalize(node, data)
+    return reports
+
+
+def collect(
+    reports: dict[str, Report],
+    hosts: dict[str, Any],
+    unreachable: dict[str, str] | None = None,
+) -> dict[str, Report]:
+    """Merge the files with the run's per-host stats: a node without a result failed 'reachable'."""
+    unreachable = unreachable or {}
+    merged = dict(reports)
+    for host, stats in hosts.items():
+        if host in merged:
+            continue
+        if getattr(stats, "unreachable", 0) or host in unreachable:
+            message = unreachable.get(host) or "unreachable over SSH"
+        else:
+            message = "no result (the health play failed on this node)"
+        merged[host] = failure(host, "reachable", message)
+    for host, message in unreachable.items():
+        merged.setdefault(host, failure(host, "reachable", message))
+    return dict(sorted(merged.items()))
+
+
+def check_columns(reports: dict[str, Report]) -> tuple[list[str], list[str]]:
+    """(checks shown as columns in checker order, checks skipped on every node)."""
+    seen: dict[str, set[str]] = {}
+    for report in reports.values():
+        for check in report["checks"]:
+            seen.setdefault(check["name"], set()).add(check["status"])
+    ordered = sorted(seen, key=lambda n: (CHECK_ORDER.index(n) if n in CHECK_ORDER else len(CHECK_ORDER), n))
+    columns = [name for name in ordered if seen[name] != {"skip"}]
+    skipped = [name for name in ordered if seen[name] == {"skip"}]
+    return columns, skipped
+
+
+def health_json(reports: dict[str, Report]) -> dict[str, Any]:
+    return {"nodes": reports, "ok": bool(reports) and all(r["ok"] for r in reports.values())}
+
+
+def health_table(reports: dict[str, Report]) -> tuple[Table, list[str]]:
+    """The node x check table (failures red, numbered) and the footnotes with their messages."""
+    columns, skipped = check_columns(reports)
+    failed = sum(1 for r in reports.values() if not r["ok"])
+    title = f"health: {len(reports) - failed} of {len(reports)} nodes healthy"
+    table = Table(title=title, title_justify="left", padding=(0, 1))
+    table.add_column("node", no_wrap=True)
+    for name in columns:
+        table.add_column(name, justify="center", no_wrap=True)
+    notes: list[str] = []
+    for node, report in reports.items():
+        by_name = {c["name"]: c for c in report["checks"]}
+        cells: list[Text] = [Text(node, style="" if report["ok"] else "bold red")]
+        for name in columns:
+            check = by_name.get(name)
+            if check is None:
+                cells.append(Text(""))
+            elif check["status"] == "pass":
+                cells.append(Text("ok", style="green"))
+            elif check["status"] == "skip":
+                cells.append(Text("-", style="dim"))
+            else:
+                notes.append(f"[{len(notes) + 1}] {node} {name}: {check['message']}")
+                cells.append(Text(f"FAIL [{len(notes)}]", style="bold red"))
+        table.add_row(*cells)
+    if skipped:
+        notes.append(f"skipped on every node: {', '.join(skipped)}")
+    return table, notes
+
+
+def render_report(reports: dict[str, Report]) -> Group:
+    table, notes = health_table(reports)
+    lines = [Text(note, style="red" if note.startswith("[") else "dim") for note in notes]
+    return Group(table, *lines)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _watch_unreachable(sink: Callable[[dict[str, Any]], None], found: dict[str, str]) -> Callable[..., None]:
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("event") == "runner_on_unreachable":
+            data = event.get("event_data", {})
+            res = data.get("res") or {}
+            host = data.get("host")
+            if host:
+                lines = str(res.get("msg") or "unreachable").strip().splitlines()
+                found[host] = f"unreachable: {lines[0] if lines else ''}"
+        sink(event)
+
+    return on_event
+
+
+def health(
+    site: Site,
+    console: Console,
+    *,
+    limit: str | None = None,
+    level: int | None = None,
+) -> HealthResult:
+    """Validate the site, run playbooks/health.yml, collect every compute node's report."""
+    cluster, _ = render_site(site, check_only=False)
+    if not any("compute" in node.roles for node in cluster.nodes):
+        raise CorectlError(f"site {site.name} has no compute nodes", exit_code=2)
+    if level is not None and level not in (0, 1, 2, 3):
+        raise CorectlError("--level must be 0 (off), 1, 2 or 3", exit_code=2)
+    unreachable: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="corectl-health-") as tmp:
+        extravars: dict[str, Any] = {"corectl_health_out": tmp}
+        if level is not None:
+            extravars["corectl_health_level"] = level
+        request = RunRequest(
+            site=site,
+            playbook="health.yml",
+            command="health" + (f" --level {level}" if level is not None else ""),
+            limit=limit,
+            extravars=extravars,
+            secrets=False,
+        )
+        with LiveProgress(console, f"health {site.name}") as progress:
+            run = run_playbook(request, sink=_watch_unreachable(progress, unreachable))
+        reports = collect(read_reports(Path(tmp)), run.hosts, unreachable)
+    if not reports:
+        if run.status == "canceled":
+            raise CorectlError("health canceled", exit_code=130)
+        tail = run.output_tail(3)
+        detail = tail[-1] if tail else "no compute node matched"
+        raise CorectlError(f"health: no node reported ({run.status}): {detail}", exit_code=2 if run.ok else 1)
+    if not run.ok and not run.failed_hosts:
+        console.print(summary_table(run))
+    remember(site, reports)
+    return HealthResult(reports, run)
+
+
+def remember(site: Site, reports: dict[str, Report]) -> None:
+    """Keep each node's latest verdict for `corectl status` (nodes not checked now keep theirs)."""
+    try:
+        known = json.loads(site.health_file.read_text())
+    except (OSError, ValueError):
+        known = {}
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    for node, report in reports.items():
+        failed = [c["name"] for c in report["checks"] if c.get("status") == "fail"]
+        known[node] = {"at": stamp, "ok": report["ok"], "failed": failed}
+    write_if_changed(site.health_file, json.dumps(dict(sorted(known.items())), indent=2) + "\n")
+
+
+def last_verdicts(site: Site) -> dict[str, str]:
+    """node -> "ok <time>" / "FAIL <checks> <time>" from the last `corectl health`."""
+    try:
+        known = json.loads(site.health_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {
+        node: (f"ok {v['at']}" if v.get("ok") else f"FAIL {','.join(v.get('failed', []))} {v['at']}")
+        for node, v in known.items()
+    }

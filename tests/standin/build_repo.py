@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""Build the stand-in NVIDIA/enroot/pyxis artefacts and a signed flat apt repository for the test lab.
+
+    python3 tests/standin/build_repo.py OUTDIR
+
+Idempotent: when OUTDIR/.recipe-hash matches the hash of every file under tests/standin, nothing is done.
+Prints OUTDIR. Everything below OUTDIR is addressed by relative paths, so OUTDIR can be served as is
+(python3 -m http.server). Needs dpkg-deb and gpg.
+
+Layout of OUTDIR:
+  apt/                      flat repo: *.deb, Packages, Packages.gz, Release, InRelease, Release.gpg
+  keys/corectl-standin.asc  ASCII-armoured public signing key
+  enroot/v3.5.0/            enroot_3.5.0-1_amd64.deb, enroot+caps_3.5.0-1_amd64.deb (not in the apt index)
+  dcgm-exporter/4.2.3-4.1.3/dcgm-exporter_4.2.3-4.1.3_linux_amd64.tar.gz (+ .sha256)
+  pyxis/archive/refs/tags/v0.20.0.tar.gz (+ .sha256)
+  index.json                what was built
+  ../.<OUTDIR>.gnupg/       signing key beside OUTDIR, not served (generated once, kept)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MAINTAINER = "corectl stand-ins <standin@corectl.invalid>"
+KEY_UID = "corectl stand-in repository <standin@corectl.invalid>"
+KEY_FILE = "keys/corectl-standin.asc"
+
+DRIVER_VERSIONS = ("550.163.01", "580.82.07", "580.95.05", "580.105.08")
+# Fabric Manager / NSCQ package suffix per driver version; 580.82.07 deliberately has none.
+FM_SUFFIX = {"550.163.01": "-550", "580.95.05": "", "580.105.08": ""}
+DCGM_VERSIONS = ("4.2.3", "4.1.1")
+ENROOT_VERSION = "3.5.0"
+EXPORTER_VERSION = "4.2.3-4.1.3"
+PYXIS_VERSION = (HERE / "pyxis" / "VERSION").read_text().strip()
+OUTPUTS = ("apt", "keys", "enroot", "dcgm-exporter", "pyxis", "index.json", ".recipe-hash")
+
+
+@dataclass
+class Package:
+    name: str
+    version: str
+    summary: str
+    arch: str = "amd64"
+    files: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # path -> (content, mode)
+    dirs: list[str] = field(default_factory=list)
+    depends: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    postinst: str = ""
+    prerm: str = ""
+    in_apt: bool = True
+
+    def add(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
+        self.files[path] = (content.encode() if isinstance(content, str) else content, mode)
+
+    def add_source(self, path: str, source: str, mode: int = 0o644) -> None:
+        self.add(path, (HERE / source).read_bytes(), mode)
+
+    @property
+    def deb_name(self) -> str:
+        return f"{self.name}_{self.version.split(':', 1)[-1]}_{self.arch}.deb"
+
+    def control(self) -> str:
+        size_kib = max(1, sum(-(-len(content) // 1024) for content, _mode in self.files.values()))
+        fields = [
+            ("Package", self.name),
+            ("Version", self.version),
+            ("Architecture", self.arch),
+            ("Maintainer", MAINTAINER),
+            ("Installed-Size", str(size_kib)),
+            ("Depends", ", ".join(self.depends)),
+            ("Conflicts", ", ".join(self.conflicts)),
+            ("Replaces", ", ".join(self.conflicts)),
+            ("Section", "misc"),
+            ("Priority", "optional"),
+            ("Homepage", "https://corectl.invalid/standin"),
+        ]
+        text = "".join(f"{key}: {value}\n" for key, value in fields if value)
+        return (
+            text + f"Description: {self.summary} (corectl test stand-in)\n"
+            " Test stand-in built by corectl's test suite. It mimics the interface of the\n"
+            " real package closely enough for provisioning and health checks, over simulated\n"
+            " GPUs (gpu-sim). It is not NVIDIA software and drives no hardware.\n"
+        )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def recipe_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(HERE.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".pyc", ".so", ".o"):
+            continue
+        digest.update(str(path.relative_to(HERE)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run(*argv: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"build_repo: {' '.join(argv[:3])}... failed:\n{exc.stderr}") from None
+
+
+def with_version(source: str, version: str) -> bytes:
+    """A tool script whose VERSION = "..." line carries the package version."""
+    text = (HERE / source).read_text()
+    text, count = re.subn(r'^VERSION = ".*"$', f'VERSION = "{version}"', text, count=1, flags=re.MULTILINE)
+    if count != 1:
+        raise SystemExit(f"{source}: no VERSION line")
+    return text.encode()
+
+
+SYSTEMD_RELOAD = "if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null 2>&1 || true; fi\n"
+
+
+def system_user(name: str) -> str:
+    return (
+        f"if ! getent passwd {name} >/dev/null; then\n"
+        f"    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin {name}\n"
+        "fi\n"
+    )
+
+
+def stop_on_remove(unit: str) -> str:
+    return (
+        '#!/bin/sh\nset -e\nif [ "$1" = remove ] && [ -d /run/systemd/system ]; then\n'
+        f"    systemctl stop {unit} >/dev/null 2>&1 || true\nfi\n"
+    )
+
+
+def postinst(body: str) -> str:
+    return f'#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n{body}fi\n'
+
+
+# --------------------------------------------------------------------------- the packages
+
+
+def gpu_sim_package() -> Package:
+    pkg = Package("gpu-sim", "1.0-1", "simulated NVIDIA GPUs for test nodes", arch="all", depends=["python3"])
+    pkg.add_source("/usr/lib/gpu-sim/gpusim.py", "gpusim/gpusim.py")
+    pkg.add_source("/usr/bin/gpu-sim", "gpusim/gpu_sim.py", 0o755)
+    pkg.add_source("/lib/systemd/system/gpu-sim-boot.service", "gpusim/gpu-sim-boot.service")
+    pkg.postinst = postinst(
+        SYSTEMD_RELOAD + "systemctl enable gpu-sim-boot.service >/dev/null 2>&1 || true\n"
+        # First installation only: behave like the boot that would follow it.
+        # With no description yet, describe a DGX H100 (8 GPUs, NVSwitch); tests re-init or inject faults.
+        'if [ -z "$2" ]; then [ -e /etc/gpu-sim/gpus.json ] || gpu-sim init; gpu-sim boot || true; fi\n'
+    )
+    pkg.prerm = "#!/bin/sh\nset -e\nrm -rf /usr/lib/gpu-sim/__pycache__\n"
+    return pkg
+
+
+def driver_package(version: str) -> Package:
+    branch = version.split(".", 1)[0]
+    others = sorted({f"cuda-drivers-{v.split('.', 1)[0]}" for v in DRIVER_VERSIONS} - {f"cuda-drivers-{branch}"})
+    pkg = Package(
+        f"cuda-drivers-{branch}",
+        f"{version}-1",
+        f"NVIDIA driver {version}: nvidia-smi and nvidia-persistenced",
+        depends=["gpu-sim"],
+        conflicts=others,
+    )
+    pkg.add_source("/usr/bin/nvidia-smi", "driver/nvidia_smi.py", 0o755)
+    pkg.add_source("/usr/bin/nvidia-persistenced", "driver/nvidia_persistenced.py", 0o755)
+    pkg.add("/usr/lib/gpu-sim/driver-version", version + "\n")
+    pkg.add_source("/lib/systemd/system/nvidia-persistenced.service", "driver/nvidia-persistenced.service")
+    # The running (loaded) driver only changes on reload/reboot, except on a first install.
+    pkg.postinst = postinst(system_user("nvidia-persistenced") + SYSTEMD_RELOAD + "gpu-sim driver-installed || true\n")
+    pkg.prerm = stop_on_remove("nvidia-persistenced.service")
+    return pkg
+
+
+def fabricmanager_packages(version: str) -> list[Package]:
+    suffix = FM_SUFFIX[version]
+    other = "" if suffix else "-550"
+    fm = Package(
+        f"nvidia-fabricmanager{suffix}",
+        f"{version}-1",
+        f"NVIDIA Fabric Manager {version}",
+        depends=["gpu-sim"],
+        conflicts=[f"nvidia-fabricmanager{other}"],
+    )
+    fm.add_source("/usr/bin/nv-fabricmanager", "fabricmanager/nv_fabricmanager.py", 0o755)
+    fm.add("/usr/lib/gpu-sim/fm-version", version + "\n")
+    fm.add_source("/usr/share/nvidia/nvswitch/fabricmanager.cfg", "fabricmanager/fabricmanager.cfg")
+    fm.add_source("/lib/systemd/system/nvidia-fabricmanager.service", "fabricmanager/nvidia-fabricmanager.service")
+    fm.postinst = postinst(SYSTEMD_RELOAD)
+    fm.prerm = stop_on_remove("nvidia-fabricmanager.service")
+    nscq = Package(
+        f"libnvidia-nscq{suffix}",
+        f"{version}-1",
+        f"NVSwitch configuration and query library {version}",
+        conflicts=[f"libnvidia-nscq{other}"],
+    )
+    nscq.add(f"/usr/lib/x86_64-linux-gnu/libnvidia-nscq.so.{version}", f"libnvidia-nscq stand-in {version}\n")
+    return [fm, nscq]
+
+
+def dcgm_packages(version: str) -> list[Package]:
+    full = f"1:{version}-1"
+    core = Package(
+        "datacenter-gpu-manager-4-core", full, f"NVIDIA DCGM {version}: nv-hostengine and dcgmi", depends=["gpu-sim"]
+    )
+    core.add_source("/usr/bin/nv-hostengine", "dcgm/nv_hostengine.py", 0o755)
+    core.add_source("/usr/bin/dcgmi", "dcgm/dcgmi.py", 0o755)
+    core.add("/usr/lib/gpu-sim/dcgm-version", version + "\n")
+    core.add_source("/lib/systemd/system/nvidia-dcgm.service", "dcgm/nvidia-dcgm.service")
+    core.postinst = postinst(system_user("nvidia-dcgm") + SYSTEMD_RELOAD)
+    core.prerm = stop_on_remove("nvidia-dcgm.service")
+    cuda = Package(
+        "datacenter-gpu-manager-4-cuda12",
+        full,
+        f"NVIDIA DCGM {version}: CUDA 12 diagnostics",
+        depends=[f"datacenter-gpu-manager-4-core (= {full})"],
+    )
+    cuda.add("/usr/share/doc/datacenter-gpu-manager-4-cuda12/README.standin", f"DCGM {version} CUDA 12 stand-in\n")
+    return [core, cuda]
+
+
+def enroot_packages() -> list[Package]:
+    full = f"{ENROOT_VERSION}-1"
+    enroot = Package("enroot", full, "unprivileged container runtime", depends=["python3"], in_apt=False)
+    enroot.add("/usr/bin/enroot", with_version("enroot/enroot.py", ENROOT_VERSION), 0o755)
+    enroot.add_source("/etc/enroot/enroot.conf", "enroot/enroot.conf")
+    for hook in ("10-cgroups.sh", "98-nvidia.sh"):
+        enroot.add_source(f"/etc/enroot/hooks.d/{hook}", f"enroot/hooks.d/{hook}", 0o755)
+    for hook in ("50-slurm-pmi.sh", "50-slurm-pytorch.sh"):
+        enroot.add_source(f"/usr/share/enroot/hooks.d/{hook}", f"enroot/optional-hooks/{hook}", 0o755)
+    enroot.dirs += ["/etc/enroot/environ.d", "/etc/enroot/mounts.d"]
+    caps = Package("enroot+caps", full, "enroot with file capabilities", depends=[f"enroot (= {full})"], in_apt=False)
+    caps.add("/usr/share/doc/enroot+caps/README.standin", "enroot+caps stand-in: no capabilities are set\n")
+    return [enroot, caps]
+
+
+def all_packages() -> list[Package]:
+    packages = [gpu_sim_package()]
+    for version in DRIVER_VERSIONS:
+        packages.append(driver_package(version))
+        if version in FM_SUFFIX:
+            packages += fabricmanager_packages(version)
+    for version in DCGM_VERSIONS:
+        packages += dcgm_packages(version)
+    return packages + enroot_packages()
+
+
+# --------------------------------------------------------------------------- building
+
+
+def build_deb(pkg: Package, outdir: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="standin-deb-") as tmp:
+        root = Path(tmp) / "root"
+        (root / "DEBIAN").mkdir(parents=True)
+        for directory in pkg.dirs:
+            (root / directory.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for path, (content, mode) in pkg.files.items():
+            target = root / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(mode)
+        for dirpath, _dirnames, _filenames in os.walk(root):
+            Path(dirpath).chmod(0o755)
+        (root / "DEBIAN" / "control").write_text(pkg.control())
+        conffiles = sorted(p for p in pkg.files if p.startswith("/etc/"))
+        if conffiles:
+            (root / "DEBIAN" / "conffiles").write_text("".join(f"{p}\n" for p in conffiles))
+        for script in ("postinst", "prerm"):
+            body = getattr(pkg, script)
+            if body:
+                (root / "DEBIAN" / script).write_text(body)
+                (root / "DEBIAN" / script).chmod(0o755)
+        outdir.mkdir(parents=True, exist_ok=True)
+        deb = outdir / pkg.deb_name
+        run("dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb))
+    return deb
+
+
+def packages_index(pkg: Package, deb: Path) -> str:
+    """The Packages stanza: the control fields plus where the .deb is and its checksums."""
+    data = deb.read_bytes()
+    head, description = pkg.control().split("Description:", 1)
+    where = (
+        f"Filename: ./{deb.name}\nSize: {len(data)}\n"
+        f"MD5sum: {hashlib.md5(data).hexdigest()}\n"
+        f"SHA1: {hashlib.sha1(data).hexdigest()}\n"
+        f"SHA256: {hashlib.sha256(data).hexdigest()}\n"
+    )
+    return f"{head}{where}Description:{description}"
+
+
+def release_file(apt: Path) -> str:
+    names = ("Packages", "Packages.gz")
+    lines = [
+        "Origin: corectl-standin",
+        "Label: corectl stand-in packages",
+        "Architectures: amd64 all",
+        f"Date: {time.strftime('%a, %d %b %Y %H:%M:%S UTC', time.gmtime())}",
+        "Description: Stand-in NVIDIA packages for corectl tests (not NVIDIA software)",
+    ]
+    for title, algo in (("MD5Sum", hashlib.md5), ("SHA256", hashlib.sha256)):
+        lines.append(f"{title}:")
+        for name in names:
+            data = (apt / name).read_bytes()
+            lines.append(f" {algo(data).hexdigest()} {len(data):>16} {name}")
+    return "\n".join(lines) + "\n"
+
+
+class Signer:
+    """gpg with the repository key beside OUTDIR (never inside the served tree), used through a short
+    symlink (socket path limits)."""
+
+    def __init__(self, outdir: Path) -> None:
+        self.home = outdir.parent / f".{outdir.name}.gnupg"
+        self.home.mkdir(mode=0o700, exist_ok=True)
+        self.home.chmod(0o700)
+        self._tmp = Path(tempfile.mkdtemp(prefix="gsk", dir="/tmp"))
+        self.link = self._tmp / "h"
+        self.link.symlink_to(self.home)
+
+    def gpg(self, *args: str) -> str:
+        base = ("gpg", "--homedir", str(self.link), "--batch", "--yes", "--pinentry-mode", "loopback")
+        return run(*base, "--passphrase", "", *args).stdout
+
+    def fingerprint(self) -> str | None:
+        listing = subprocess.run(
+            ["gpg", "--homedir", str(self.link), "--batch", "--with-colons", "--list-secret-keys", KEY_UID],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        for line in listing.stdout.splitlines():
+            if line.startswith("fpr:"):
+                return line.split(":")[9]
+        return None
+
+    def ensure_key(self) -> str:
+        fpr = self.fingerprint()
+        if fpr is None:
+            self.gpg("--quick-generate-key", KEY_UID, "ed25519", "sign", "never")
+            fpr = self.fingerprint()
+        if fpr is None:
+            raise SystemExit("gpg: key generation failed")
+        return fpr
+
+    def close(self) -> None:
+        subprocess.run(["gpgconf", "--homedir", str(self.link), "--kill", "all"], check=False, capture_output=True)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def write_tarball(target: Path, top: str, members: list[tuple[str, bytes, int]]) -> str:
+    """A .tar.gz with one top directory, root-owned members; writes TARGET.sha256; returns the sha256."""
+    buffer = io.BytesIO()
+    mtime = int(time.time())
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(top)
+        info.type, info.mode, info.mtime, info.uname, info.gname = tarfile.DIRTYPE, 0o755, mtime, "root", "root"
+        tar.addfile(info)
+        for name, content, mode in members:
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mode, info.mtime, info.uname, info.gname = len(content), mode, mtime, "root", "root"
+            tar.addfile(info, io.BytesIO(content))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(gzip.compress(buffer.getvalue(), mtime=0))
+    digest = sha256_file(target)
+    target.with_name(target.name + ".sha256").write_text(f"{digest}  {target.name}\n")
+    return digest
+
+
+def build(outdir: Path) -> dict:
+    for name in OUTPUTS:
+        path = outdir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    apt = outdir / "apt"
+    apt.mkdir(parents=True)
+    index: dict = {"recipe_hash": recipe_hash(), "packages": [], "archives": []}
+
+    stanzas = []
+    for pkg in all_packages():
+        target = apt if pkg.in_apt else outdir / "enroot" / f"v{ENROOT_VERSION}"
+        deb = build_deb(pkg, target)
+        if pkg.in_apt:
+            stanzas.append(packages_index(pkg, deb))
+        index["packages"].append(
+            {
+                "name": pkg.name,
+                "version": pkg.version,
+                "architecture": pkg.arch,
+                "path": str(deb.relative_to(outdir)),
+                "sha256": sha256_file(deb),
+                "in_apt": pkg.in_apt,
+            }
+        )
+    packages = "\n".join(stanzas)
+    (apt / "Packages").write_text(packages)
+    (apt / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
+    (apt / "Release").write_text(release_file(apt))
+
+    signer = Signer(outdir)
+    try:
+        fpr = signer.ensure_key()
+        release = str(apt / "Release")
+        sign = ("--local-user", fpr, "--digest-algo", "SHA512")
+        signer.gpg(*sign, "--clearsign", "-o", str(apt / "InRelease"), release)
+        signer.gpg(*sign, "--detach-sign", "-o", str(apt / "Release.gpg"), release)
+        (outdir / "keys").mkdir()
+        (outdir / KEY_FILE).write_text(signer.gpg("--armor", "--export", fpr))
+    finally:
+        signer.close()
+    index["apt"] = {
+        "path": "apt",
+        "key": KEY_FILE,
+        "fingerprint": fpr,
+        "sources_line": "deb [signed-by=/etc/apt/keyrings/corectl-standin.asc] http://HOST:PORT/apt ./",
+    }
+
+    top = f"dcgm-exporter_{EXPORTER_VERSION}_linux_amd64"
+    target = outdir / "dcgm-exporter" / EXPORTER_VERSION / f"{top}.tar.gz"
+    members = [
+        ("dcgm-exporter", with_version("dcgm-exporter/dcgm_exporter.py", EXPORTER_VERSION), 0o755),
+        ("default-counters.csv", (HERE / "dcgm-exporter" / "default-counters.csv").read_bytes(), 0o644),
+    ]
+    digest = write_tarball(target, top, members)
+    index["archives"].append(
+        {
+            "name": "dcgm-exporter",
+            "version": EXPORTER_VERSION,
+            "path": str(target.relative_to(outdir)),
+            "sha256": digest,
+        }
+    )
+
+    target = outdir / "pyxis" / "archive" / "refs" / "tags" / f"v{PYXIS_VERSION}.tar.gz"
+    members = [
+        (name, (HERE / "pyxis" / name).read_bytes(), 0o644) for name in ("Makefile", "README.md", "VERSION", "pyxis.c")
+    ]
+    digest = write_tarball(target, f"pyxis-{PYXIS_VERSION}", members)
+    index["archives"].append(
+        {"name": "pyxis", "version": PYXIS_VERSION, "path": str(target.relative_to(outdir)), "sha256": digest}
+    )
+
+    index["drivers"] = {
+        version: {
+            "driver_package": f"cuda-drivers-{version.split('.')[0]}",
+            "fabricmanager_package": f"nvidia-fabricmanager{FM_SUFFIX[version]}" if version in FM_SUFFIX else None,
+            "nscq_package": f"libnvidia-nscq{FM_SUFFIX[version]}" if version in FM_SUFFIX else None,
+            "package_version": f"{version}-1",
+        }
+        for version in DRIVER_VERSIONS
+    }
+    # Direct keys for callers (corectl.lab.repo): the archives by name, and the enroot release directory.
+    for archive in index["archives"]:
+        index[archive["name"].replace("-", "_")] = archive
+    index["enroot"] = {"version": ENROOT_VERSION, "path": f"enroot/v{ENROOT_VERSION}"}
+    (outdir / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (outdir / ".recipe-hash").write_text(index["recipe_hash"] + "\n")
+    return index
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build the stand-in apt repository and release artefacts.")
+    parser.add_argument("outdir", type=Path)
+    args = parser.parse_args(argv)
+    outdir = args.outdir.resolve()
+    outdir.mkdir(parents=True, exist_ok=True)
+    stamp = outdir / ".recipe-hash"
+    current = recipe_hash()
+    if not (stamp.is_file() and stamp.read_text().strip() == current and (outdir / "index.json").is_file()):
+        for tool in ("dpkg-deb", "gpg", "gpgconf"):
+            if shutil.which(tool) is None:
+                print(f"build_repo: {tool} is required", file=sys.stderr)
+                return 1
+        build(outdir)
+    print(outdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+#!/usr/bin/python3
+"""Stand-in for dcgmi (installed as /usr/bin/dcgmi); talks to nv-hostengine over its JSON line protocol.
+
+dcgmi --version
+dcgmi discovery -l [--host H[:PORT]]
+dcgmi diag -r 1|2|3|short|medium|long [-i 0,1] [-j] [--host H[:PORT]]     exit 0 pass, 226 fail
+dcgmi health -c [-j] [-g GROUP] [--host H[:PORT]]
+dcgmi health -s a                                                       (accepted, no-op)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "lib" / "gpu-sim"), "/usr/lib/gpu-sim"]
+import gpusim  # noqa: E402
+
+EXIT_NO_CONNECTION = 255
+EXIT_DIAG_FAIL = 226
+LEVELS = {"1": 1, "short": 1, "2": 2, "medium": 2, "3": 3, "long": 3, "4": 4, "xlong": 4}
+TESTS = {
+    1: ["software", "pcie", "memory"],
+    2: ["software", "pcie", "memory", "diagnostic", "targeted_stress"],
+    3: ["software", "pcie", "memory", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"],
+    4: ["software", "pcie", "memory", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth", "pulse"],
+}
+SYSTEM_TO_TEST = {"memory": "memory", "pcie": "pcie", "nvlink": "pcie", "thermal": "diagnostic"}
+
+
+class ConnectionFailedError(Exception):
+    pass
+
+
+def _endpoint(host: str | None) -> tuple[str, int]:
+    text = host or "localhost"
+    if text.startswith("unix://"):
+        raise ConnectionFailedError(text)
+    if text.count(":") == 1:
+        name, port = text.split(":")
+        return name, int(port)
+    return text, gpusim.HOSTENGINE_PORT
+
+
+def request(host: str | None, payload: dict[str, Any]) -> dict[str, Any]:
+    try:
+        name, port = _endpoint(host)
+        with socket.create_connection((name, port), timeout=5) as sock:
+            sock.sendall(json.dumps(payload).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        return json.loads(data)
+    except (OSError, ValueError) as exc:
+        raise ConnectionFailedError(str(exc)) from None
+
+
+def fetch_state(host: str | None) -> dict[str, Any]:
+    reply = request(host, {"op": "state"})
+    if not reply.get("ok"):
+        print(f"Error: {reply.get('error', 'host engine error')}", file=sys.stderr)
+        raise SystemExit(1)
+    return reply["state"]
+
+
+def _gpus(state: dict[str, Any], ids: str | None) -> list[dict[str, Any]]:
+    gpus = gpusim.present_gpus(state)
+    if ids:
+        wanted = {int(part) for part in ids.replace("gpu:", "").split(",") if part.strip().isdigit()}
+        gpus = [g for g in gpus if g["index"] in wanted]
+    return gpus
+
+
+def _box(rows: list[tuple[str, str]], left: int = 8, right: int = 70) -> list[str]:
+    rule = f"+{'-' * (left + 2)}+{'-' * (right + 2)}+"
+    lines = [rule]
+    for a, b in rows:
+        if a == "---":
+            lines.append(rule)
+        else:
+            lines.append(f"| {a:<{left}} | {b:<{right}} |")
+    lines.append(rule)
+    return lines
+
+
+def cmd_discovery(args: argparse.Namespace) -> int:
+    if not args.list:
+        print("Usage: dcgmi discovery -l", file=sys.stderr)
+        return 1
+    state = fetch_state(args.host)
+    gpus = gpusim.present_gpus(state)
+    print(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} found.")
+    rows: list[tuple[str, str]] = [("GPU ID", "Device Information"), ("---", "")]
+    for gpu in gpus:
+        rows += [
+            (str(gpu["index"]), f"Name: {state['model']}"),
+            ("", f"PCI Bus ID: {gpu['pci_bus_id']}"),
+            ("", f"Device UUID: {gpu['uuid']}"),
+            ("---", ""),
+        ]
+    print("\n".join(_box(rows[:-1] if gpus else rows)))
+    switches = 4 if state.get("nvswitch") else 0
+    print(f"{switches} NvSwitch{'es' if switches != 1 else ''} found.")
+    if switches:
+        rows = [("Switch ID", "")] + [(str(i), "") for i in range(switches)]
+        print("\n".join(_box(rows, 9, 0)))
+    return 0
+
+
+def evaluate(state: dict[str, Any], ids: str | None) -> list[dict[str, Any]]:
+    now = time.time()
+    results = []
+    for gpu in _gpus(state, ids):
+        incidents = gpusim.gpu_incidents(gpu, now)
+        results.append(
+            {
+                "index": gpu["index"],
+                "uuid": gpu["uuid"],
+                "result": "Fail" if incidents else "Pass",
+                "warnings": [i["message"] for i in incidents],
+                "incidents": incidents,
+            }
+        )
+    return results
+
+
+def cmd_diag(args: argparse.Namespace) -> int:
+    level = LEVELS.get(str(args.run).lower())
+    if level is None:
+        print(f"Error: invalid run level {args.run!r}", file=sys.stderr)
+        return 1
+    state = fetch_state(args.host)
+    results = evaluate(state, args.gpus)
+    overall = "Fail" if any(r["result"] == "Fail" for r in results) else "Pass"
+    if args.json:
+        gpus = [{"index": r["index"], "result": r["result"], "warnings": r["warnings"]} for r in results]
+        print(json.dumps({"level": level, "result": overall, "gpus": gpus}, indent=2))
+    else:
+        print("Successfully ran diagnostic for group.")
+        rows = [
+            ("Diagnostic", "Result"),
+            ("---", ""),
+            ("DCGM Version", gpusim.installed_dcgm() or "unknown"),
+            ("Driver Version Detected", state.get("loaded_driver") or ""),
+            ("Number of GPUs Detected", str(len(results))),
+            ("GPU IDs", ",".join(str(r["index"]) for r in results)),
+            ("---", ""),
+        ]
+        for test in TESTS.get(level, TESTS[3]):
+            failed = [r for r in results if any(SYSTEM_TO_TEST[i["system"]] == test for i in r["incidents"])]
+            rows.append((test.replace("_", " ").title(), "Fail" if failed else "Pass"))
+            for r in failed:
+                for incident in r["incidents"]:
+                    if SYSTEM_TO_TEST[incident["system"]] == test:
+                        rows.append(("", f"GPU {r['index']}: {incident['message']}"[:60]))
+        print("\n".join(_box(rows, 26, 60)))
+    return EXIT_DIAG_FAIL if overall == "Fail" else 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    if args.set is not None:
+        print("Health monitor systems set successfully.")
+        return 0
+    if not args.check:
+        print("Usage: dcgmi health -c [-j] | -s <systems>", file=sys.stderr)
+        return 1
+    state = fetch_state(args.host)
+    incidents = [dict(i, health="Failure") for r in evaluate(state, None) for i in r["incidents"]]
+    overall = "Failure" if incidents else "Healthy"
+    if args.json:
+        print(json.dumps({"overall_health": overall, "incidents": incidents}, indent=2))
+    else:
+        rows = [("Group", str(args.group)), ("Overall Health", overall)]
+        for incident in incidents:
+            rows.append((f"GPU {incident['gpu']} {incident['system']}", incident["message"][:60]))
+        print("\n".join(_box(rows, 26, 60)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dcgmi")
+    parser.add_argument("--version", action="store_true")
+    sub = parser.add_subparsers(dest="command")
+
+    discovery = sub.add_parser("discovery")
+    discovery.add_argument("-l", "--list", action="store_true")
+    discovery.add_argument("--host")
+    discovery.set_defaults(func=cmd_discovery)
+
+    diag = sub.add_parser("diag")
+    diag.add_argument("-r", "--run", required=True)
+    diag.add_argument("-i", "--gpuList", dest="gpus")
+    diag.add_argument("-g", "--group")
+    diag.add_argument("-j", "--json", action="store_true")
+    diag.add_argument("--host")
+    diag.set_defaults(func=cmd_diag)
+
+    health = sub.add_parser("health")
+    health.add_argument("-c", "--check", action="store_true")
+    health.add_argument("-s", "--set")
+    health.add_argument("-g", "--group", default="0")
+    health.add_argument("-j", "--json", action="store_true")
+    health.add_argument("--host")
+    health.set_defaults(func=cmd_health)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, _unknown = build_parser().parse_known_args(argv)
+    if args.version:
+        print(f"dcgmi  version: {gpusim.installed_dcgm() or 'unknown'}")
+        print(f"Version : {gpusim.installed_dcgm() or 'unknown'}")
+        return 0
+    if not getattr(args, "func", None):
+        print("Usage: dcgmi <discovery|diag|health> ... | --version", file=sys.stderr)
+        return 1
+    try:
+        return args.func(args)
+    except ConnectionFailedError:
+        host = (args.host or "localhost").split(":")[0]
+        print(f"Error: unable to establish a connection to the specified host: {host}")
+        print("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.")
+        return EXIT_NO_CONNECTION
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

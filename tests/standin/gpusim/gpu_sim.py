@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""gpu-sim: test-side control of the simulated GPUs (installed as /usr/bin/gpu-sim).
+
+gpu-sim init [--gpus 8] [--model M] [--no-nvswitch] [--hostname H] [--force]
+gpu-sim show
+gpu-sim set <dotted.path> <json-or-string>       e.g. gpu-sim set gpus.3.temperature_c 95
+gpu-sim fault <name> [--gpu N] [--xid N] [--link N] [--device mlx5_N]
+gpu-sim clear [<name>|all] [--gpu N] [--device mlx5_N]
+gpu-sim reload          simulate unloading and loading the nvidia kernel module
+gpu-sim boot            what a boot does (run by gpu-sim-boot.service)
+gpu-sim driver-installed  driver package postinst: load the driver if none is loaded yet
+gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "lib" / "gpu-sim"), "/usr/lib/gpu-sim"]
+import gpusim  # noqa: E402
+
+FAULTS = ("lost-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle")
+
+
+def _die(message: str, code: int = 1) -> int:
+    print(f"gpu-sim: {message}", file=sys.stderr)
+    return code
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    if gpusim.exists() and not args.force:
+        state = gpusim.load()
+        print(f"gpu-sim: description exists at {gpusim.state_path()} (use --force to recreate)")
+    else:
+        state = gpusim.new_state(args.hostname, args.gpus, args.model, not args.no_nvswitch)
+        with gpusim.locked():
+            gpusim.save(state)
+        print(f"gpu-sim: {args.gpus} x {args.model} described in {gpusim.state_path()}")
+    gpusim.write_sysfs(state)
+    gpusim.make_devices(len(state["gpus"]))
+    return 0
+
+
+def cmd_show(_args: argparse.Namespace) -> int:
+    print(json.dumps(gpusim.load(), indent=2))
+    return 0
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def set_path(state: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node: Any = state
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if isinstance(node, list):
+            try:
+                index = int(part)
+                node[index]  # raises IndexError for a bad index
+            except (ValueError, IndexError):
+                raise KeyError(f"{'.'.join(parts[: depth + 1])}: no such list item") from None
+            if last:
+                node[index] = value
+            else:
+                node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            elif part not in node:
+                raise KeyError(f"{'.'.join(parts[: depth + 1])}: no such key")
+            else:
+                node = node[part]
+        else:
+            raise KeyError(f"{'.'.join(parts[:depth])} is not an object or list")
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    value = _parse_value(args.value)
+    try:
+        gpusim.update(lambda state: set_path(state, args.path, value))
+    except KeyError as exc:
+        return _die(str(exc.args[0]))
+    return 0
+
+
+def _gpu(state: dict[str, Any], index: int) -> dict[str, Any]:
+    for gpu in state["gpus"]:
+        if gpu["index"] == index:
+            return gpu
+    raise KeyError(f"no GPU {index}")
+
+
+def _ib(state: dict[str, Any], device: str) -> dict[str, Any]:
+    for port in state["ib_ports"]:
+        if port["device"] == device:
+            return port
+    raise KeyError(f"no IB device {device}")
+
+
+def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
+    if name == "ib-down":
+        _ib(state, args.device)["state"] = "DOWN"
+        return
+    gpu = _gpu(state, args.gpu)
+    if name == "lost-gpu":
+        gpu["present"] = False
+    elif name == "ecc":
+        ecc = gpu["ecc"]
+        ecc["volatile_uncorrected"] = max(1, ecc["volatile_uncorrected"])
+        ecc["aggregate_uncorrected"] = max(1, ecc["aggregate_uncorrected"])
+        ecc["remapped_rows_pending"] = 1
+    elif name == "xid":
+        message = gpusim.XID_MESSAGES.get(args.xid, "Unknown XID")
+        gpu["xid_events"].append({"xid": args.xid, "time": int(time.time()), "message": message})
+    elif name == "nvlink-down":
+        if not 0 <= args.link < len(gpu["nvlinks"]):
+            raise KeyError(f"GPU {args.gpu} has no NVLink {args.link}")
+        gpu["nvlinks"][args.link]["state"] = "down"
+    elif name == "hot":
+        gpu["temperature_c"] = 95
+    elif name == "throttle":
+        gpu["throttle_reasons"] = ["HwSlowdown"]
+
+
+def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
+    if name in ("ib-down", "all"):
+        for port in state["ib_ports"]:
+            if args.device in (None, port["device"]):
+                port["state"] = "ACTIVE"
+    gpus = state["gpus"] if args.gpu is None else [_gpu(state, args.gpu)]
+    for gpu in gpus:
+        if name in ("lost-gpu", "all"):
+            gpu["present"] = True
+        if name in ("ecc", "all"):
+            gpu["ecc"] = gpusim.default_ecc()
+        if name in ("xid", "all"):
+            gpu["xid_events"] = []
+        if name in ("nvlink-down", "all"):
+            gpu["nvlinks"] = [gpusim.default_nvlink() for _ in gpu["nvlinks"]]
+        if name in ("hot", "all"):
+            gpu["temperature_c"] = gpusim.base_temperature(gpu["index"])
+        if name in ("throttle", "all"):
+            gpu["throttle_reasons"] = []
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    if args.gpu is None:
+        args.gpu = 0
+    try:
+        gpusim.update(lambda state: inject(state, args.name, args))
+    except KeyError as exc:
+        return _die(str(exc.args[0]))
+    return 0
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    try:
+        gpusim.update(lambda state: repair(state, args.name, args))
+    except KeyError as exc:
+        return _die(str(exc.args[0]))
+    return 0
+
+
+def _reset_fabric(state: dict[str, Any]) -> None:
+    for gpu in state["gpus"]:
+        gpu["fabric"] = gpusim.idle_fabric(state.get("nvswitch", True))
+
+
+def cmd_reload(_args: argparse.Namespace) -> int:
+    installed = gpusim.installed_driver()
+    if installed is None:
+        return _die("modprobe: FATAL: Module nvidia not found (no NVIDIA driver installed)")
+    with gpusim.locked():
+        state = gpusim.load()
+        clients = gpusim.gpu_clients(state)
+        if clients:
+            return _die(f"rmmod: ERROR: Module nvidia is in use by: {', '.join(clients)}")
+        state["loaded_driver"] = installed
+        _reset_fabric(state)
+        gpusim.save(state)
+    print(f"gpu-sim: nvidia module reloaded, driver {installed}")
+    return 0
+
+
+def cmd_boot(_args: argparse.Namespace) -> int:
+    if not gpusim.exists():
+        print(f"gpu-sim: no description at {gpusim.state_path()}; nothing to boot")
+        return 0
+
+    def boot(state: dict[str, Any]) -> None:
+        state["loaded_driver"] = gpusim.installed_driver()
+        state["fm_running"] = False
+        _reset_fabric(state)
+        for gpu in state["gpus"]:
+            gpu["persistence_mode"] = False
+
+    state = gpusim.update(boot)
+    for name in ("fabricmanager", "hostengine", "nvidia-persistenced"):
+        if gpusim.pid_alive(name) is False:
+            with contextlib.suppress(OSError):
+                gpusim.pid_file(name).unlink()
+    gpusim.make_devices(len(state["gpus"]))
+    print(f"gpu-sim: booted, driver {state['loaded_driver'] or 'not loaded'}")
+    return 0
+
+
+def cmd_driver_installed(_args: argparse.Namespace) -> int:
+    """A fresh driver install behaves like the first boot with it; an upgrade waits for reload/reboot."""
+    installed = gpusim.installed_driver()
+    if not gpusim.exists() or installed is None:
+        return 0
+
+    def load_first(state: dict[str, Any]) -> None:
+        if not state.get("loaded_driver"):
+            state["loaded_driver"] = installed
+            _reset_fabric(state)
+
+    gpusim.update(load_first)
+    return 0
+
+
+def kernel_xid_line(gpu: dict[str, Any], event: dict[str, Any]) -> str:
+    """One XID event in the NVIDIA kernel module's format: NVRM: Xid (PCI:0000:18:00): 79, pid=0, ..."""
+    domain, bus, device = gpu["pci_bus_id"].split(".")[0].split(":")
+    xid = int(event.get("xid", 0))
+    message = str(event.get("message") or gpusim.XID_MESSAGES.get(xid, "Unknown XID")).rstrip(".")
+    return f"NVRM: Xid (PCI:{domain[-4:]}:{bus}:{device}): {xid}, pid=0, {message}."
+
+
+def cmd_kernel_log(args: argparse.Namespace) -> int:
+    state = gpusim.load()
+    now = time.time()
+    events = []
+    for gpu in state["gpus"]:  # a GPU that fell off the bus logged its XIDs before it went
+        for event in gpu.get("xid_events", []):
+            when = float(event.get("time", 0))
+            if args.since is None or now - when <= args.since:
+                events.append((when, gpu["index"], kernel_xid_line(gpu, event)))
+    for _when, _index, line in sorted(events):
+        print(line)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-sim", description="Control the simulated NVIDIA GPUs of a test node.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    init = sub.add_parser("init", help="create the GPU description")
+    init.add_argument("--gpus", type=int, default=8)
+    init.add_argument("--model", default=gpusim.DEFAULT_MODEL)
+    init.add_argument("--no-nvswitch", action="store_true")
+    init.add_argument("--hostname")
+    init.add_argument("--force", action="store_true")
+    init.set_defaults(func=cmd_init)
+
+    sub.add_parser("show", help="print the description").set_defaults(func=cmd_show)
+
+    setp = sub.add_parser("set", help="set one value by dotted path")
+    setp.add_argument("path")
+    setp.add_argument("value")
+    setp.set_defaults(func=cmd_set)
+
+    for name, func, choices in (("fault", cmd_fault, FAULTS), ("clear", cmd_clear, (*FAULTS, "all"))):
+        p = sub.add_parser(name, help=f"{name} a named fault")
+        if name == "fault":
+            p.add_argument("name", choices=choices)
+        else:
+            p.add_argument("name", choices=choices, nargs="?", default="all")
+        p.add_argument("--gpu", type=int)
+        p.add_argument("--xid", type=int, default=79)
+        p.add_argument("--link", type=int, default=3)
+        p.add_argument("--device", default="mlx5_0" if name == "fault" else None)
+        p.set_defaults(func=func)
+
+    sub.add_parser("reload", help="simulate an nvidia module reload").set_defaults(func=cmd_reload)
+    sub.add_parser("boot", help="simulate a boot").set_defaults(func=cmd_boot)
+    sub.add_parser("driver-installed", help="driver package hook").set_defaults(func=cmd_driver_installed)
+    klog = sub.add_parser("kernel-log", help="XID events in the kernel's format (like journalctl -k -o cat)")
+    klog.add_argument("--since", type=float, help="only events of the last SECONDS")
+    klog.set_defaults(func=cmd_kernel_log)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except gpusim.StateMissingError as exc:
+        return _die(str(exc))
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

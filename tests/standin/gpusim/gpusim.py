@@ -1,0 +1,470 @@
+"""Shared state of the simulated GPUs (stand-in for NVIDIA hardware in tests).
+
+Installed on nodes as /usr/lib/gpu-sim/gpusim.py; every stand-in tool (nvidia-smi, nv-fabricmanager,
+nv-hostengine, dcgmi, gpu-sim ...) imports it. Stdlib only, Python 3.11.
+
+Paths (each overridable by an environment variable, which the host-side tests use):
+  GPU_SIM_STATE  description file            default /etc/gpu-sim/gpus.json
+  GPU_SIM_LIB    installed version files     default /usr/lib/gpu-sim  (driver-version, fm-version, dcgm-version)
+  GPU_SIM_RUN    pid files                   default /run/gpu-sim
+  GPU_SIM_SYSFS  fake sysfs root             default /var/lib/gpu-sim/sysfs
+  GPU_SIM_DEV    where device nodes go       default /dev
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import stat
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL = "NVIDIA H100 80GB HBM3"
+DEFAULT_MEMORY_MIB = 81559
+NVLINKS_PER_GPU = 18
+NVLINK_SPEED_GBPS = 26.562
+IB_DEVICES = 8
+IB_RATE_GBPS = 400
+HOSTENGINE_PORT = 5555
+# PCI bus numbers of the eight SXM GPUs of a DGX H100, in nvidia-smi index order.
+PCI_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+NVIDIA_MAJOR = 195
+_UUID_NAMESPACE = uuid.UUID("5d1f4c1e-8f0b-4c8e-9a53-6e1b0c5a7d21")
+
+# Clock event (throttle) reason bits, as NVML defines them.
+THROTTLE_BITS = {
+    "GpuIdle": 0x1,
+    "ApplicationsClocksSetting": 0x2,
+    "SwPowerCap": 0x4,
+    "HwSlowdown": 0x8,
+    "SyncBoost": 0x10,
+    "SwThermalSlowdown": 0x20,
+    "HwThermalSlowdown": 0x40,
+    "HwPowerBrakeSlowdown": 0x80,
+}
+
+XID_MESSAGES = {
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    48: "Double Bit ECC Error",
+    63: "Row remapping event",
+    64: "Row remapping failure",
+    74: "NVLink Error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+}
+MEMORY_XIDS = frozenset({48, 63, 64, 92, 94, 95})
+NVLINK_XIDS = frozenset({74})
+RECENT_XID_SECONDS = 24 * 3600
+HOT_TEMPERATURE_C = 90
+
+NO_DRIVER_MESSAGE = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+EXIT_NO_DRIVER = 9
+EXIT_MISMATCH = 18
+
+
+class StateMissingError(RuntimeError):
+    """No description file: the node has no (simulated) GPUs yet."""
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def state_path() -> Path:
+    return Path(os.environ.get("GPU_SIM_STATE") or "/etc/gpu-sim/gpus.json")
+
+
+def lib_dir() -> Path:
+    return Path(os.environ.get("GPU_SIM_LIB") or "/usr/lib/gpu-sim")
+
+
+def run_dir() -> Path:
+    return Path(os.environ.get("GPU_SIM_RUN") or "/run/gpu-sim")
+
+
+def sysfs_root() -> Path:
+    return Path(os.environ.get("GPU_SIM_SYSFS") or "/var/lib/gpu-sim/sysfs")
+
+
+def dev_dir() -> Path:
+    return Path(os.environ.get("GPU_SIM_DEV") or "/dev")
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def read_version(name: str) -> str | None:
+    """Content of a version file in the lib dir (written by the stand-in packages), or None."""
+    try:
+        text = (lib_dir() / name).read_text().strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def installed_driver() -> str | None:
+    return read_version("driver-version")
+
+
+def installed_fm() -> str | None:
+    return read_version("fm-version")
+
+
+def installed_dcgm() -> str | None:
+    return read_version("dcgm-version")
+
+
+def cuda_version(driver: str | None) -> str:
+    branch = int(driver.split(".")[0]) if driver and driver.split(".")[0].isdigit() else 0
+    if branch >= 580:
+        return "13.0"
+    if branch >= 570:
+        return "12.8"
+    if branch >= 560:
+        return "12.6"
+    if branch >= 550:
+        return "12.4"
+    return "12.2"
+
+
+# --------------------------------------------------------------------------- description
+
+
+def gpu_uuid(hostname: str, index: int) -> str:
+    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{hostname}/{index}')}"
+
+
+def pci_bus_id(index: int) -> str:
+    bus = PCI_BUSES[index] if index < len(PCI_BUSES) else f"{0xDC + index:02X}"
+    return f"00000000:{bus}:00.0"
+
+
+def base_temperature(index: int) -> int:
+    return 31 + (index * 3) % 7
+
+
+def base_power(index: int) -> float:
+    return round(69.5 + (index * 1.7) % 6, 1)
+
+
+def default_nvlink() -> dict[str, Any]:
+    return {"state": "up", "speed_gbps": NVLINK_SPEED_GBPS, "crc_errors": 0, "replay_errors": 0, "recovery_errors": 0}
+
+
+def default_ecc() -> dict[str, Any]:
+    return {
+        "volatile_uncorrected": 0,
+        "aggregate_uncorrected": 0,
+        "volatile_corrected": 0,
+        "remapped_rows_pending": 0,
+        "remapped_rows_failure": 0,
+        "retired_pages_pending": False,
+    }
+
+
+def idle_fabric(nvswitch: bool) -> dict[str, str]:
+    return {"state": "Not Started", "status": "N/A"} if nvswitch else {"state": "N/A", "status": "N/A"}
+
+
+def new_gpu(hostname: str, index: int, nvswitch: bool) -> dict[str, Any]:
+    return {
+        "index": index,
+        "uuid": gpu_uuid(hostname, index),
+        "pci_bus_id": pci_bus_id(index),
+        "present": True,
+        "temperature_c": base_temperature(index),
+        "power_w": base_power(index),
+        "sm_clock_mhz": 1980,
+        "persistence_mode": False,
+        "throttle_reasons": [],
+        "ecc": default_ecc(),
+        "xid_events": [],
+        "nvlinks": [default_nvlink() for _ in range(NVLINKS_PER_GPU)] if nvswitch else [],
+        "fabric": idle_fabric(nvswitch),
+    }
+
+
+def new_ib_port(index: int) -> dict[str, Any]:
+    return {"device": f"mlx5_{index}", "port": 1, "state": "ACTIVE", "rate_gbps": IB_RATE_GBPS}
+
+
+def new_state(
+    hostname: str | None = None, gpus: int = 8, model: str = DEFAULT_MODEL, nvswitch: bool = True
+) -> dict[str, Any]:
+    host = hostname or socket.gethostname()
+    return {
+        "hostname": host,
+        "model": model,
+        "nvswitch": nvswitch,
+        "memory_total_mib": DEFAULT_MEMORY_MIB,
+        "gpus": [new_gpu(host, i, nvswitch) for i in range(gpus)],
+        "ib_ports": [new_ib_port(i) for i in range(IB_DEVICES)],
+        "loaded_driver": installed_driver(),
+        "fm_running": False,
+        "hostengine": {"port": HOSTENGINE_PORT},
+    }
+
+
+def exists() -> bool:
+    return state_path().is_file()
+
+
+def load() -> dict[str, Any]:
+    path = state_path()
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StateMissingError(f"no GPU description at {path} (run 'gpu-sim init')") from None
+
+
+def load_or_none() -> dict[str, Any] | None:
+    try:
+        return load()
+    except (StateMissingError, ValueError):
+        return None
+
+
+def save(state: dict[str, Any]) -> None:
+    """Write the description atomically (temp file + rename), then refresh the fake sysfs tree."""
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(state, handle, indent=2)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    write_sysfs(state)
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """Serialise read-modify-write cycles of several processes (daemons start concurrently)."""
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def update(change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+    """Load, apply change (mutate in place or return a new dict), save; under a lock. Returns the new state."""
+    with locked():
+        state = load()
+        result = change(state)
+        if result is not None:
+            state = result
+        save(state)
+        return state
+
+
+def present_gpus(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [gpu for gpu in state.get("gpus", []) if gpu.get("present", True)]
+
+
+def throttle_mask(reasons: list[str]) -> int:
+    mask = 0
+    for reason in reasons:
+        mask |= THROTTLE_BITS.get(reason, 0)
+    return mask
+
+
+def driver_check(state: dict[str, Any] | None) -> tuple[int, str]:
+    """What nvidia-smi/NVML would say about the driver: (0, "") when usable, else (exit code, message)."""
+    installed = installed_driver()
+    if state is None or installed is None or not state.get("loaded_driver"):
+        return EXIT_NO_DRIVER, NO_DRIVER_MESSAGE
+    if state["loaded_driver"] != installed:
+        return (
+            EXIT_MISMATCH,
+            f"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: {installed}",
+        )
+    return 0, ""
+
+
+# --------------------------------------------------------------------------- health (shared by dcgmi)
+
+
+def gpu_incidents(gpu: dict[str, Any], now: float | None = None) -> list[dict[str, Any]]:
+    """Problems DCGM would report for one GPU: dicts with gpu, system, message."""
+    now = time.time() if now is None else now
+    index = gpu["index"]
+    found: list[dict[str, Any]] = []
+
+    def add(system: str, message: str) -> None:
+        found.append({"gpu": index, "system": system, "message": message})
+
+    ecc = gpu.get("ecc", {})
+    if ecc.get("volatile_uncorrected", 0) > 0:
+        add("memory", f"{ecc['volatile_uncorrected']} volatile uncorrectable ECC error(s) on GPU {index}")
+    if ecc.get("remapped_rows_pending"):
+        add("memory", f"GPU {index} has a pending row remap; reset the GPU")
+    if ecc.get("remapped_rows_failure"):
+        add("memory", f"GPU {index} had a row remapping failure")
+    for event in gpu.get("xid_events", []):
+        when = float(event.get("time", 0))
+        if now - when < RECENT_XID_SECONDS:
+            xid = int(event.get("xid", 0))
+            system = "memory" if xid in MEMORY_XIDS else "nvlink" if xid in NVLINK_XIDS else "pcie"
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+            add(system, f"XID {xid} at {stamp}: {event.get('message', XID_MESSAGES.get(xid, 'unknown'))}")
+    for number, link in enumerate(gpu.get("nvlinks", [])):
+        if link.get("state") != "up":
+            add("nvlink", f"NVLink {number} of GPU {index} is inactive")
+    if gpu.get("temperature_c", 0) > HOT_TEMPERATURE_C:
+        add("thermal", f"GPU {index} temperature {gpu['temperature_c']} C is above {HOT_TEMPERATURE_C} C")
+    return found
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def pid_file(name: str) -> Path:
+    return run_dir() / f"{name}.pid"
+
+
+def write_pid(name: str) -> Path:
+    path = pid_file(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{os.getpid()}\n")
+    return path
+
+
+def remove_pid(name: str) -> None:
+    path = pid_file(name)
+    with contextlib.suppress(OSError, ValueError):
+        if int(path.read_text().strip()) == os.getpid():
+            path.unlink()
+
+
+def pid_alive(name: str) -> bool | None:
+    """True/False for the pid in run_dir()/name.pid; None when there is no pid file."""
+    try:
+        pid = int(pid_file(name).read_text().strip())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not a client any more
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def gpu_clients(state: dict[str, Any]) -> list[str]:
+    """Processes that keep the (simulated) nvidia module busy."""
+    clients = []
+    fm_alive = pid_alive("fabricmanager")
+    if state.get("fm_running") and fm_alive is not False:
+        clients.append("nv-fabricmanager")
+    if pid_alive("hostengine"):
+        clients.append("nv-hostengine")
+    return clients
+
+
+def run_until_terminated(on_exit: Callable[[], None]) -> int:
+    """Block until SIGTERM/SIGINT, run on_exit, return 0 (the daemons' foreground loop)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while True:
+            signal.pause()
+    except SystemExit:
+        pass
+    finally:
+        on_exit()
+    return 0
+
+
+def notify_ready() -> None:
+    """sd_notify READY=1 when started by systemd with Type=notify (a no-op otherwise)."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(b"READY=1")
+
+
+# --------------------------------------------------------------------------- sysfs and devices
+
+
+def _ib_rate_text(gbps: int) -> str:
+    generation = {400: "NDR", 200: "HDR", 100: "EDR", 56: "FDR", 40: "QDR"}.get(int(gbps), "NDR")
+    return f"{int(gbps)} Gb/sec (4X {generation})"
+
+
+def write_sysfs(state: dict[str, Any]) -> None:
+    """Mirror the IB ports into <sysfs>/class/infiniband/<dev>/ports/<port>/{state,phys_state,rate}."""
+    root = sysfs_root() / "class" / "infiniband"
+    try:
+        for port in state.get("ib_ports", []):
+            directory = root / port["device"] / "ports" / str(port.get("port", 1))
+            directory.mkdir(parents=True, exist_ok=True)
+            active = port.get("state") == "ACTIVE"
+            files = {
+                "state": "4: ACTIVE" if active else "1: DOWN",
+                "phys_state": "5: LinkUp" if active else "3: Disabled",
+                "rate": _ib_rate_text(port.get("rate_gbps", IB_RATE_GBPS)),
+                "link_layer": "InfiniBand",
+            }
+            for name, text in files.items():
+                target = directory / name
+                if not target.exists() or target.read_text() != text + "\n":
+                    target.write_text(text + "\n")
+    except OSError:
+        pass  # best effort: an unprivileged caller cannot write the tree
+
+
+def make_devices(count: int) -> list[str]:
+    """Create /dev/nvidia0..N-1, /dev/nvidiactl, /dev/nvidia-uvm (major 195) when missing and permitted."""
+    made = []
+    nodes = [(f"nvidia{i}", i) for i in range(count)] + [("nvidiactl", 255), ("nvidia-uvm", 250)]
+    for name, minor in nodes:
+        path = dev_dir() / name
+        if path.exists():
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(NVIDIA_MAJOR, minor))
+            os.chmod(path, 0o666)
+            made.append(str(path))
+        except OSError:
+            continue
+    return made

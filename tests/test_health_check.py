@@ -1,0 +1,505 @@
+"""The node health checker (roles/node_health/files/corectl-health-check) against the stand-in GPU tools.
+
+Host-only and fast: the checker runs from the source tree; nvidia-smi, nv-fabricmanager, dcgmi and gpu-sim are the
+stand-ins of tests/standin on PATH (GPU_SIM_* point into tmp_path); systemctl, chronyc, scontrol and hostname are
+small fakes answering from files in tmp_path. Each fault of issue 7 must be reported by the right check, first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import jinja2
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STANDIN = ROOT / "tests" / "standin"
+CHECKER = ROOT / "roles" / "node_health" / "files" / "corectl-health-check"
+TOOLS = {
+    "gpu-sim": "gpusim/gpu_sim.py",
+    "nvidia-smi": "driver/nvidia_smi.py",
+    "nv-fabricmanager": "fabricmanager/nv_fabricmanager.py",
+    "dcgmi": "dcgm/dcgmi.py",
+    "nv-hostengine": "dcgm/nv_hostengine.py",
+}
+DRIVER = "580.95.05"
+CHECK_ORDER = [
+    "driver-version",
+    "gpu-count",
+    "fm-version",
+    "fabricmanager",
+    "fabric",
+    "persistence",
+    "ecc",
+    "nvlink",
+    "temperature",
+    "throttle",
+    "xid",
+    "ib",
+    "mounts",
+    "services",
+    "clock",
+    "dcgm-diag",
+]
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+# systemctl is-active UNIT...: the state of each unit is the content of $HEALTH_UNITS/<unit> (default inactive)
+[ "$1" = is-active ] || { echo "fake systemctl: only is-active" >&2; exit 1; }
+shift
+rc=0
+for unit in "$@"; do
+    state=$(cat "$HEALTH_UNITS/$unit" 2>/dev/null || echo inactive)
+    echo "$state"
+    [ "$state" = active ] || rc=3
+done
+exit $rc
+"""
+FAKE_CHRONYC = """#!/bin/sh
+cat "$HEALTH_CHRONY"
+"""
+CHRONY_SYNCED = (
+    "A29FC87B,ntp.example.org,3,1767225600.0,0.000012,0.000001,0.000020,-1.2,0.001,0.02,0.01,0.001,64.1,Normal\n"
+)
+CHRONY_UNSYNCED = "00000000,,0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,Not synchronised\n"
+
+
+def mounted_writable() -> str | None:
+    """A mount point of this machine that the test may write to (for the healthy mounts check)."""
+    points = {line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines() if len(line.split()) > 1}
+    for candidate in ("/dev/shm", "/tmp"):
+        if candidate in points and os.access(candidate, os.W_OK):
+            return candidate
+    return None
+
+
+class SimNode:
+    """A simulated healthy DGX H100 in tmp_path plus the checker's settings for it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.lib = root / "lib"
+        self.bin = root / "bin"
+        self.units = root / "units"
+        for directory in (self.lib, self.bin, self.units):
+            directory.mkdir()
+        self.chrony = root / "chrony.csv"
+        self.chrony.write_text(CHRONY_SYNCED)
+        self.hostengine_port = 0
+        self.env = dict(
+            os.environ,
+            PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            GPU_SIM_STATE=str(root / "etc" / "gpus.json"),
+            GPU_SIM_LIB=str(self.lib),
+            GPU_SIM_RUN=str(root / "run"),
+            GPU_SIM_SYSFS=str(root / "sysfs"),
+            GPU_SIM_DEV=str(root / "dev"),
+            HEALTH_UNITS=str(self.units),
+            HEALTH_CHRONY=str(self.chrony),
+            HEALTH_HOSTENGINE_PORT="1",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
+        for name, script in TOOLS.items():
+            self._tool(name, f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN / script}" "$@"{self._extra(name)}\n')
+        self._tool("systemctl", FAKE_SYSTEMCTL)
+        self._tool("chronyc", FAKE_CHRONYC)
+        for name, version in (("driver-version", DRIVER), ("fm-version", DRIVER), ("dcgm-version", "4.2.3")):
+            (self.lib / name).write_text(version + "\n")
+        for unit in ("nvidia-fabricmanager", "munge", "slurmd"):
+            self.service(unit, "active")
+        self.sim("init", "--hostname", "dgx01")
+        self.sim("set", "fm_running", "true")
+        self.smi("-pm", "1")
+        state = json.loads(Path(self.env["GPU_SIM_STATE"]).read_text())
+        for gpu in state["gpus"]:  # what a running Fabric Manager leaves behind
+            gpu["fabric"] = {"state": "Completed", "status": "Success"}
+        Path(self.env["GPU_SIM_STATE"]).write_text(json.dumps(state, indent=2))
+        mount = mounted_writable()
+        self.config = {
+            "gpu_count": 8,
+            "gpu_model": "h100",
+            "driver_version": DRIVER,
+            "nvswitch": True,
+            "persistence": True,
+            "max_temperature": 85,
+            "throttle_reasons": ["HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown"],
+            "ecc_volatile_uncorrected_max": 0,
+            "xid_window_s": 3600,
+            "xid_ignore": [13, 31, 43, 45],
+            "xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
+            "nvlink_links": 18,
+            "nvlink_error_max": 100,
+            "ib_sysfs_root": str(root / "sysfs" / "class" / "infiniband"),
+            "ib_rate_gbps": 400,
+            "ib_ports": 8,
+            "mounts": [mount] if mount else [],
+            "services": ["munge", "slurmd"],
+            "clock": True,
+            "dcgm_diag_level": 0,
+            "command_timeout_s": 30,
+        }
+        self.procs: list[subprocess.Popen] = []
+
+    def _extra(self, name: str) -> str:
+        # dcgmi talks to this test's host engine (a free port instead of the fixed 5555)
+        return ' --host "127.0.0.1:$HEALTH_HOSTENGINE_PORT"' if name == "dcgmi" else ""
+
+    def _tool(self, name: str, text: str) -> None:
+        path = self.bin / name
+        path.write_text(text)
+        path.chmod(0o755)
+
+    def tool(self, name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(self.bin / name), *args], env=self.env, capture_output=True, text=True, timeout=30, check=False
+        )
+        if check:
+            assert result.returncode == 0, f"{name} {args}: {result.stdout}{result.stderr}"
+        return result
+
+    def sim(self, *args: str) -> None:
+        self.tool("gpu-sim", *args)
+
+    def smi(self, *args: str) -> str:
+        return self.tool("nvidia-smi", *args).stdout
+
+    def service(self, unit: str, state: str) -> None:
+        (self.units / unit).write_text(state + "\n")
+
+    def write_config(self) -> Path:
+        path = self.root / "health.json"
+        path.write_text(json.dumps(self.config, indent=2))
+        return path
+
+    def check(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(CHECKER), "--config", str(self.write_config()), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def report(self, *args: str) -> tuple[int, dict]:
+        result = self.check("--json", *args)
+        assert result.returncode in (0, 1), result.stderr
+        return result.returncode, json.loads(result.stdout)
+
+    def start_hostengine(self) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.hostengine_port = sock.getsockname()[1]
+        self.env["HEALTH_HOSTENGINE_PORT"] = str(self.hostengine_port)
+        proc = subprocess.Popen(
+            [str(self.bin / "nv-hostengine"), "-n", "-p", str(self.hostengine_port)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        deadline = time.monotonic() + 10
+        while self.tool("dcgmi", "discovery", "-l", check=False).returncode != 0:
+            assert time.monotonic() < deadline, "nv-hostengine did not start"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[SimNode]:
+    sim = SimNode(tmp_path)
+    try:
+        yield sim
+    finally:
+        sim.close()
+
+
+def failures(report: dict) -> list[str]:
+    return [c["name"] for c in report["checks"] if c["status"] == "fail"]
+
+
+def message(report: dict, name: str) -> str:
+    return next(c["message"] for c in report["checks"] if c["name"] == name)
+
+
+# --------------------------------------------------------------------------- healthy node and output formats
+
+
+def test_healthy_node_passes_every_check(node: SimNode):
+    rc, report = node.report()
+    assert rc == 0, report
+    assert report["ok"] is True
+    assert report["node"] == socket.gethostname().split(".")[0]
+    assert [c["name"] for c in report["checks"]] == CHECK_ORDER
+    status = {c["name"]: c["status"] for c in report["checks"]}
+    expected_skips = {"dcgm-diag"} | ({"mounts"} if not node.config["mounts"] else set())
+    assert {name for name, s in status.items() if s == "skip"} == expected_skips
+    assert set(c["status"] for c in report["checks"]) <= {"pass", "skip"}
+    assert message(report, "gpu-count") == "8 x NVIDIA H100 80GB HBM3"
+    assert message(report, "driver-version") == f"driver {DRIVER}"
+    assert message(report, "ib") == "8 IB ports active at >= 400 Gb/s"
+    assert message(report, "nvlink") == "8 GPUs x 18 links active"
+    assert message(report, "clock").startswith("synchronised to ntp.example.org")
+    # Slurm's view of a healthy node: no output, exit 0
+    slurm = node.check("--slurm")
+    assert (slurm.returncode, slurm.stdout) == (0, "")
+    # people's view: one line per check
+    human = node.check()
+    assert human.returncode == 0
+    lines = human.stdout.splitlines()
+    assert len(lines) == len(CHECK_ORDER)
+    assert lines[1].split()[:2] == ["PASS", "gpu-count"]
+
+
+FAULTS = [
+    # (fault id, how to inject it, check that must report it first, words its message must contain)
+    ("lost-gpu", ["fault", "lost-gpu", "--gpu", "5"], "gpu-count", "7 of 8 GPUs visible"),
+    ("ecc", ["fault", "ecc", "--gpu", "2"], "ecc", "GPU 2: 1 volatile uncorrectable ECC error(s) (max 0)"),
+    ("xid", ["fault", "xid", "--gpu", "0", "--xid", "79"], "xid", "XID 79 on PCI:0000:18:00: GPU has fallen off"),
+    ("nvlink-down", ["fault", "nvlink-down", "--gpu", "3", "--link", "7"], "nvlink", "GPU 3 link 7 inactive"),
+    ("fm-stopped", None, "fabricmanager", "nvidia-fabricmanager is inactive"),
+    ("fm-version-mismatch", None, "fm-version", "Fabric Manager 580.105.08 installed, driver 580.95.05 loaded"),
+    ("driver-not-reloaded", None, "driver-version", "Driver/library version mismatch"),
+    ("wrong-driver", None, "driver-version", "driver 580.95.05 loaded, expected 580.105.08"),
+    ("hot", ["fault", "hot", "--gpu", "6"], "temperature", "GPU 6 at 95 C (max 85 C)"),
+    ("ib-down", ["fault", "ib-down", "--device", "mlx5_3"], "ib", "7 of 8 IB ports active at 400 Gb/s: mlx5_3/1 DOWN"),
+    ("missing-mount", None, "mounts", "not mounted"),
+    ("throttle", ["fault", "throttle", "--gpu", "1"], "throttle", "GPU 1 HwSlowdown"),
+    ("persistence-off", None, "persistence", "persistence mode off on GPU 4"),
+    ("fabric-incomplete", ["set", "gpus.5.fabric.state", "In Progress"], "fabric", "GPU 5 (00000000:AB:00.0)"),
+    ("nvlink-errors", ["set", "gpus.2.nvlinks.4.crc_errors", "5000"], "nvlink", "GPU 2 link 4 CRC Errors 5000"),
+    ("slurmd-down", None, "services", "slurmd is failed"),
+    ("clock-unsynced", None, "clock", "clock not synchronised"),
+]
+
+
+@pytest.mark.parametrize(("fault", "inject", "check", "words"), FAULTS, ids=[f[0] for f in FAULTS])
+def test_fault_is_reported_by_the_right_check(
+    node: SimNode, tmp_path: Path, fault: str, inject: list[str] | None, check: str, words: str
+):
+    if inject:
+        node.sim(*inject)
+    elif fault == "fm-stopped":
+        node.service("nvidia-fabricmanager", "inactive")
+    elif fault == "fm-version-mismatch":
+        (node.lib / "fm-version").write_text("580.105.08\n")
+    elif fault == "driver-not-reloaded":
+        (node.lib / "driver-version").write_text("580.105.08\n")  # package upgraded, old module loaded
+    elif fault == "wrong-driver":
+        node.config["driver_version"] = "580.105.08"
+    elif fault == "missing-mount":
+        node.config["mounts"] = [*node.config["mounts"], str(tmp_path / "not-mounted")]
+    elif fault == "persistence-off":
+        node.smi("-pm", "0", "-i", "4")
+    elif fault == "slurmd-down":
+        node.service("slurmd", "failed")
+    elif fault == "clock-unsynced":
+        node.chrony.write_text(CHRONY_UNSYNCED)
+    rc, report = node.report()
+    assert rc == 1
+    assert report["ok"] is False
+    assert failures(report)[0] == check, report
+    assert words in message(report, check)
+
+
+def test_slurm_format_is_the_first_failure(node: SimNode):
+    node.sim("fault", "ecc", "--gpu", "2")
+    node.sim("fault", "ib-down")
+    slurm = node.check("--slurm")
+    assert slurm.returncode == 1
+    assert slurm.stdout.splitlines() == [
+        "ecc: GPU 2: 1 volatile uncorrectable ECC error(s) (max 0), row remap pending (reset the GPU)"
+    ]
+
+
+def test_clearing_the_fault_passes_again(node: SimNode):
+    node.sim("fault", "lost-gpu", "--gpu", "5")
+    node.sim("fault", "hot", "--gpu", "1")
+    assert node.check("--slurm").stdout.startswith("gpu-count: 7 of 8 GPUs visible")
+    node.sim("clear", "lost-gpu")
+    assert node.check("--slurm").stdout.startswith("temperature: GPU 1 at 95 C")
+    node.sim("clear", "all")
+    assert node.check("--slurm").returncode == 0
+
+
+def test_application_xids_and_old_xids_are_ignored(node: SimNode):
+    node.sim("fault", "xid", "--gpu", "1", "--xid", "13")
+    node.sim("fault", "xid", "--gpu", "2", "--xid", "31")
+    old = {"xid": 48, "time": int(time.time()) - 7200, "message": "Double Bit ECC Error"}
+    node.sim("set", "gpus.3.xid_events", json.dumps([old]))
+    rc, report = node.report("--only", "xid")
+    assert rc == 0, report
+    assert message(report, "xid") == "no XID errors in the last 3600 s, ignoring 13, 31, 43, 45"
+    node.config["xid_window_s"] = 3 * 3600
+    rc, report = node.report("--only", "xid")
+    assert rc == 1
+    assert message(report, "xid") == "XID 48 on PCI:0000:5D:00: Double Bit ECC Error."
+
+
+def test_kernel_log_is_the_kernel_format(node: SimNode):
+    node.sim("fault", "xid", "--gpu", "4", "--xid", "79")
+    line = node.tool("gpu-sim", "kernel-log").stdout.strip()
+    assert line == "NVRM: Xid (PCI:0000:9A:00): 79, pid=0, GPU has fallen off the bus."
+    assert node.tool("gpu-sim", "kernel-log", "--since", "3600").stdout.strip() == line
+    node.sim("set", "gpus.4.xid_events.0.time", str(int(time.time()) - 7200))
+    assert node.tool("gpu-sim", "kernel-log", "--since", "3600").stdout == ""
+
+
+def test_dcgm_diag(node: SimNode):
+    node.env["HEALTH_HOSTENGINE_PORT"] = "1"  # nothing listens there
+    rc, report = node.report("--only", "dcgm-diag", "--level", "1")
+    assert rc == 1
+    assert "dcgmi diag -r 1 failed (rc 255)" in message(report, "dcgm-diag")
+    node.start_hostengine()
+    rc, report = node.report("--only", "dcgm-diag", "--level", "1")
+    assert rc == 0, report
+    assert message(report, "dcgm-diag") == "dcgmi diag -r 1 passed"
+    assert node.report("--only", "dcgm-diag")[1]["checks"][0]["status"] == "skip"  # level 0 in the settings
+    node.sim("fault", "xid", "--gpu", "4")
+    rc, report = node.report("--only", "dcgm-diag", "--level", "2")
+    assert rc == 1
+    assert message(report, "dcgm-diag").startswith("dcgmi diag -r 2 failed: GPU 4: XID 79 at ")
+
+
+def test_no_gpus_skips_the_gpu_checks(node: SimNode):
+    node.config.update(gpu_count=0, ib_ports=0, ib_rate_gbps=0)
+    (node.lib / "driver-version").unlink()  # not even a driver
+    rc, report = node.report()
+    assert rc == 0, report
+    skipped = {c["name"] for c in report["checks"] if c["status"] == "skip"}
+    assert skipped >= set(CHECK_ORDER) - {"mounts", "services", "clock"}
+    assert message(report, "gpu-count") == "no GPUs expected (gpu_count 0)"
+
+
+def test_missing_tools_fail_with_a_clear_message(node: SimNode):
+    (node.bin / "chronyc").unlink()
+    (node.bin / "nv-fabricmanager").unlink()
+    env_path = node.env["PATH"]
+    node.env["PATH"] = str(node.bin)  # the checker adds the standard directories itself (Slurm's bare environment)
+    try:
+        rc, report = node.report("--only", "fm-version,clock")
+    finally:
+        node.env["PATH"] = env_path
+    assert rc == 1
+    fm = message(report, "fm-version")
+    assert fm == "nv-fabricmanager not found" or fm.startswith("nv-fabricmanager --version failed")
+    if not any(Path(d, "chronyc").exists() for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin")):
+        assert message(report, "clock") == "chronyc not found (clock check is on; is chrony installed?)"
+
+
+def test_bad_configuration_and_usage_exit_2(node: SimNode, tmp_path: Path):
+    node.config["gpu_count"] = "eight"
+    result = node.check()
+    assert result.returncode == 2
+    assert "gpu_count must be int" in result.stderr
+    node.config["gpu_count"] = 8
+    node.config["bogus"] = 1
+    assert "unknown setting 'bogus'" in node.check("--check-config").stderr
+    del node.config["bogus"]
+    assert node.check("--check-config").returncode == 0
+    assert node.check("--only", "gpu-count,nope").returncode == 2
+    missing = subprocess.run(
+        [sys.executable, str(CHECKER), "--config", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "No such file or directory" in missing.stderr
+
+
+def test_json_format(node: SimNode):
+    node.sim("fault", "hot", "--gpu", "0")
+    rc, report = node.report("--only", "temperature,services,gpu-count")
+    assert rc == 1
+    assert set(report) == {"node", "ok", "checks"}
+    assert report["ok"] is False
+    assert [c["name"] for c in report["checks"]] == ["gpu-count", "temperature", "services"]
+    for check in report["checks"]:
+        assert set(check) >= {"name", "status", "message"}
+        assert check["status"] in ("pass", "fail", "skip")
+        assert "\n" not in check["message"]
+    assert [c["status"] for c in report["checks"]] == ["pass", "fail", "pass"]
+
+
+# --------------------------------------------------------------------------- Slurm's HealthCheckProgram end to end
+
+FAKE_SCONTROL = """#!/bin/sh
+# scontrol show node N -o / scontrol update nodename=N state=drain|resume [reason=...]: state in $HEALTH_SLURM
+case "$1" in
+show)
+    if [ -s "$HEALTH_SLURM/reason" ]; then
+        echo "NodeName=dgx01 State=IDLE+DRAIN Reason=$(cat "$HEALTH_SLURM/reason") [root@2026-01-01T00:00:00]"
+    else
+        echo "NodeName=dgx01 State=IDLE"
+    fi ;;
+update)
+    echo "$*" >> "$HEALTH_SLURM/log"
+    for arg in "$@"; do
+        case "$arg" in
+        reason=*) printf '%s' "${arg#reason=}" > "$HEALTH_SLURM/reason" ;;
+        state=resume) : > "$HEALTH_SLURM/reason" ;;
+        esac
+    done ;;
+esac
+"""
+
+
+def render(template: Path, **variables: object) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(template.read_text()).render(ansible_managed="Ansible managed", **variables)
+
+
+def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNode, tmp_path: Path):
+    health_d = tmp_path / "health.d"
+    health_d.mkdir()
+    slurm = tmp_path / "slurm"
+    slurm.mkdir()
+    node.env["HEALTH_SLURM"] = str(slurm)
+    node._tool("scontrol", FAKE_SCONTROL)
+    node._tool("hostname", "#!/bin/sh\necho dgx01\n")
+    config = node.write_config()
+    program = tmp_path / "corectl-node-health"
+    program.write_text(render(ROOT / "roles/slurm/templates/corectl-node-health.j2", slurm_health_check_dir=health_d))
+    wrapper = health_d / "10-corectl"
+    wrapper.write_text(
+        render(
+            ROOT / "roles/node_health/templates/10-corectl.j2",
+            node_health_program=f"{sys.executable} {CHECKER}",
+            node_health_config=config,
+            node_health_slurm_dcgm_diag_level=0,
+        )
+    )
+    wrapper.chmod(0o755)
+
+    def health() -> tuple[int, str]:
+        run = subprocess.run(["sh", str(program)], env=node.env, capture_output=True, timeout=120, check=False)
+        reason = (slurm / "reason").read_text() if (slurm / "reason").exists() else ""
+        return run.returncode, reason
+
+    assert health() == (0, "")
+    node.sim("fault", "lost-gpu", "--gpu", "5")
+    rc, reason = health()
+    assert rc == 1
+    assert reason.startswith("corectl-health: gpu-count: 7 of 8 GPUs visible to nvidia-smi")
+    node.sim("clear", "all")
+    assert health() == (0, "")
+    assert (slurm / "log").read_text().splitlines()[-1] == "update nodename=dgx01 state=resume"
+
+    # a check script printing a plain message keeps its file name as the check (molecule's injected fault)
+    fault = health_d / "50-molecule-fault"
+    fault.write_text("#!/bin/sh\necho injected fault\nexit 1\n")
+    fault.chmod(0o755)
+    assert health() == (1, "corectl-health: 50-molecule-fault: injected fault")
+    fault.unlink()
+    assert health() == (0, "")

@@ -1,0 +1,176 @@
+"""corectl health: aggregation and formatting of per-node checker results (no Ansible, no nodes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from corectl.cli import app
+from corectl.commands import health as health_mod
+from corectl.commands.health import (
+    check_columns,
+    collect,
+    health_json,
+    health_table,
+    normalize,
+    read_reports,
+    render_report,
+)
+from corectl.runner import HostStats, RunRequest, RunResult
+
+
+def report(node: str, **statuses: str | tuple[str, str]) -> dict[str, Any]:
+    checks = []
+    for name, value in statuses.items():
+        status, message = value if isinstance(value, tuple) else (value, f"{name} {value}")
+        checks.append({"name": name.replace("_", "-"), "status": status, "message": message})
+    return {"node": node, "ok": all(c["status"] != "fail" for c in checks), "checks": checks}
+
+
+def text_of(renderable: object) -> str:
+    console = Console(record=True, width=200, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+HEALTHY = report("dgx01", driver_version="pass", gpu_count="pass", ecc="pass", dcgm_diag="skip")
+LOST_GPU = report(
+    "dgx02",
+    driver_version="pass",
+    gpu_count=("fail", "7 of 8 GPUs visible to nvidia-smi"),
+    ecc="pass",
+    dcgm_diag="skip",
+)
+
+
+def test_normalize_recomputes_ok_and_cleans_up():
+    data = {
+        "node": "x",
+        "ok": True,  # wrong: a check failed
+        "checks": [
+            {"name": "ecc", "status": "fail", "message": "GPU 0:\n 1 error"},
+            {"name": "xid", "status": "weird", "message": "?"},
+            {"status": "pass"},  # no name: dropped
+        ],
+    }
+    normalized = normalize("dgx01", data)
+    assert normalized["node"] == "dgx01"
+    assert normalized["ok"] is False
+    assert normalized["checks"] == [
+        {"name": "ecc", "status": "fail", "message": "GPU 0: 1 error"},
+        {"name": "xid", "status": "fail", "message": "?"},
+    ]
+    assert normalize("dgx01", {"checks": []})["checks"][0]["name"] == "checker"
+    assert normalize("dgx01", "garbage")["ok"] is False
+
+
+def test_read_reports(tmp_path: Path):
+    (tmp_path / "dgx01.json").write_text(json.dumps(HEALTHY))
+    (tmp_path / "dgx02.json").write_text("{not json")
+    reports = read_reports(tmp_path)
+    assert reports["dgx01"]["ok"] is True
+    assert reports["dgx02"]["checks"][0]["name"] == "checker"
+    assert reports["dgx02"]["checks"][0]["message"].startswith("unreadable result")
+
+
+def test_collect_marks_unreachable_and_silent_nodes():
+    hosts = {
+        "dgx01": HostStats(ok=2),
+        "dgx03": HostStats(unreachable=1),
+        "dgx04": HostStats(failed=1),
+    }
+    merged = collect({"dgx01": HEALTHY}, hosts, {"dgx03": "unreachable: ssh: connect to host port 22: refused"})
+    assert list(merged) == ["dgx01", "dgx03", "dgx04"]
+    assert merged["dgx01"] is HEALTHY
+    assert merged["dgx03"]["checks"] == [
+        {"name": "reachable", "status": "fail", "message": "unreachable: ssh: connect to host port 22: refused"}
+    ]
+    assert merged["dgx04"]["checks"][0]["name"] == "reachable"
+    assert merged["dgx04"]["ok"] is False
+    assert collect({}, {"dgx05": HostStats(unreachable=1)})["dgx05"]["checks"][0]["message"] == "unreachable over SSH"
+
+
+def test_columns_follow_the_checker_order_and_hide_checks_skipped_everywhere():
+    unreachable = {"node": "dgx03", "ok": False, "checks": [{"name": "reachable", "status": "fail", "message": "x"}]}
+    columns, skipped = check_columns({"dgx01": HEALTHY, "dgx02": LOST_GPU, "dgx03": unreachable})
+    assert columns == ["reachable", "driver-version", "gpu-count", "ecc"]
+    assert skipped == ["dcgm-diag"]
+
+
+def test_table_highlights_failures_with_footnotes():
+    reports = {"dgx01": HEALTHY, "dgx02": LOST_GPU}
+    table, notes = health_table(reports)
+    assert notes == ["[1] dgx02 gpu-count: 7 of 8 GPUs visible to nvidia-smi", "skipped on every node: dcgm-diag"]
+    assert table.title == "health: 1 of 2 nodes healthy"
+    cells = {column.header: list(column.cells) for column in table.columns}
+    assert [str(c) for c in cells["gpu-count"]] == ["ok", "FAIL [1]"]
+    assert cells["gpu-count"][1].style == "bold red"
+    assert cells["node"][1].style == "bold red"
+    text = text_of(render_report(reports))
+    lines = text.splitlines()
+    assert any(line.replace("│", " ").split()[:4] == ["dgx02", "ok", "FAIL", "[1]"] for line in lines), text
+    assert "[1] dgx02 gpu-count: 7 of 8 GPUs visible to nvidia-smi" in text
+
+
+def test_json_shape():
+    assert health_json({"dgx01": HEALTHY}) == {"nodes": {"dgx01": HEALTHY}, "ok": True}
+    assert health_json({"dgx01": HEALTHY, "dgx02": LOST_GPU})["ok"] is False
+    assert health_json({})["ok"] is False  # no node answered: not healthy
+
+
+# --------------------------------------------------------------------------- the command, with Ansible faked
+
+
+@pytest.fixture
+def fake_run(monkeypatch: pytest.MonkeyPatch) -> list[RunRequest]:
+    """run_playbook replaced: dgx01 healthy, dgx02 lost a GPU, dgx03 unreachable."""
+    seen: list[RunRequest] = []
+
+    def run_playbook(request: RunRequest, sink: Any = None) -> RunResult:
+        seen.append(request)
+        out = Path(request.extravars["corectl_health_out"])
+        (out / "dgx01.json").write_text(json.dumps(HEALTHY))
+        (out / "dgx02.json").write_text(json.dumps(LOST_GPU))
+        if sink is not None:
+            sink({"event": "runner_on_unreachable", "event_data": {"host": "dgx03", "res": {"msg": "no route"}}})
+        hosts = {"dgx01": HostStats(ok=2), "dgx02": HostStats(ok=2), "dgx03": HostStats(unreachable=1)}
+        return RunResult("successful", 0, hosts, out, 1.0)
+
+    monkeypatch.setattr(health_mod, "run_playbook", run_playbook)
+    return seen
+
+
+def test_cli_health_json(core_copy: Path, fake_run: list[RunRequest]):
+    result = CliRunner().invoke(app, ["health", "--inventory", str(core_copy), "--json", "--level", "2"])
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["ok"] is False
+    assert sorted(data["nodes"]) == ["dgx01", "dgx02", "dgx03"]
+    assert data["nodes"]["dgx03"]["checks"] == [
+        {"name": "reachable", "status": "fail", "message": "unreachable: no route"}
+    ]
+    request = fake_run[0]
+    assert request.playbook == "health.yml"
+    assert request.extravars["corectl_health_level"] == 2
+    assert request.secrets is False
+
+
+def test_cli_health_table(core_copy: Path, fake_run: list[RunRequest]):
+    result = CliRunner().invoke(app, ["health", "--inventory", str(core_copy), "--limit", "dgx0[1-3]"])
+    assert result.exit_code == 1, result.output
+    assert "health: 1 of 3 nodes healthy" in result.stdout
+    assert "[1] dgx02 gpu-count: 7 of 8 GPUs visible to nvidia-smi" in result.stdout
+    assert "[2] dgx03 reachable: unreachable: no route" in result.stdout
+    assert fake_run[0].limit == "dgx0[1-3]"
+    assert "corectl_health_level" not in fake_run[0].extravars
+
+
+def test_cli_health_rejects_a_bad_level(core_copy: Path, fake_run: list[RunRequest]):
+    result = CliRunner().invoke(app, ["health", "--inventory", str(core_copy), "--level", "4"])
+    assert result.exit_code == 2
+    assert not fake_run

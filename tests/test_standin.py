@@ -1,0 +1,536 @@
+"""The stand-in kit (tests/standin): simulated GPUs, NVIDIA tool stand-ins, packages and the signed apt repo.
+
+Host-only and fast: no containers. Tools run straight from the source tree with GPU_SIM_* pointing into tmp_path.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+STANDIN = Path(__file__).resolve().parent / "standin"
+TOOLS = {
+    "gpu-sim": "gpusim/gpu_sim.py",
+    "nvidia-smi": "driver/nvidia_smi.py",
+    "nvidia-persistenced": "driver/nvidia_persistenced.py",
+    "nv-fabricmanager": "fabricmanager/nv_fabricmanager.py",
+    "nv-hostengine": "dcgm/nv_hostengine.py",
+    "dcgmi": "dcgm/dcgmi.py",
+    "dcgm-exporter": "dcgm-exporter/dcgm_exporter.py",
+    "enroot": "enroot/enroot.py",
+}
+BUILD_TOOLS = ("dpkg-deb", "gpg", "gpgconf")
+needs_build_tools = pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in BUILD_TOOLS), reason="dpkg-deb and gpg are needed to build the repo"
+)
+
+
+def wait_for(check: Callable[[], object], timeout: float = 10.0) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- simulated node
+
+
+class Node:
+    """One simulated GPU node in tmp_path: env for the tools, version files, background daemons."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.lib = root / "lib"
+        self.lib.mkdir()
+        self.env = dict(
+            os.environ,
+            GPU_SIM_STATE=str(root / "etc" / "gpus.json"),
+            GPU_SIM_LIB=str(self.lib),
+            GPU_SIM_RUN=str(root / "run"),
+            GPU_SIM_SYSFS=str(root / "sysfs"),
+            GPU_SIM_DEV=str(root / "dev"),
+            PYTHONDONTWRITEBYTECODE="1",
+        )
+        self.procs: list[subprocess.Popen] = []
+
+    def install(self, driver: str | None = None, fm: str | None = None, dcgm: str | None = None) -> None:
+        for name, version in (("driver-version", driver), ("fm-version", fm), ("dcgm-version", dcgm)):
+            if version is not None:
+                (self.lib / name).write_text(version + "\n")
+
+    def run(self, tool: str, *args: str, check: int | None = 0) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [sys.executable, str(STANDIN / TOOLS[tool]), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if check is not None:
+            assert result.returncode == check, f"{tool} {args}: rc={result.returncode}\n{result.stdout}{result.stderr}"
+        return result
+
+    def start(self, tool: str, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, str(STANDIN / TOOLS[tool]), *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen) -> int:
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=10)
+
+    def state(self) -> dict:
+        return json.loads(Path(self.env["GPU_SIM_STATE"]).read_text())
+
+    def query(self, fields: str, fmt: str = "csv,noheader,nounits") -> list[list[str]]:
+        out = self.run("nvidia-smi", f"--query-gpu={fields}", f"--format={fmt}").stdout
+        return [line.split(", ") for line in out.splitlines()]
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+            for stream in (proc.stdout, proc.stderr):
+                if stream:
+                    stream.close()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    sim = Node(tmp_path)
+    sim.install(driver="580.95.05", fm="580.95.05", dcgm="4.2.3")
+    sim.run("gpu-sim", "init", "--hostname", "dgx01")
+    try:
+        yield sim
+    finally:
+        sim.close()
+
+
+def test_init_describes_eight_h100s(node: Node):
+    state = node.state()
+    assert state["hostname"] == "dgx01"
+    assert state["loaded_driver"] == "580.95.05"
+    assert [g["pci_bus_id"][9:11] for g in state["gpus"]] == ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+    assert all(len(g["nvlinks"]) == 18 for g in state["gpus"])
+    assert len({g["uuid"] for g in state["gpus"]}) == 8
+    # init again is a no-op; --force recreates with the same stable UUIDs
+    node.run("gpu-sim", "set", "gpus.0.temperature_c", "50")
+    assert "exists" in node.run("gpu-sim", "init").stdout
+    assert node.state()["gpus"][0]["temperature_c"] == 50
+    node.run("gpu-sim", "init", "--force", "--hostname", "dgx01")
+    assert node.state()["gpus"] == state["gpus"]
+    ports = node.root / "sysfs" / "class" / "infiniband"
+    assert (ports / "mlx5_7" / "ports" / "1" / "state").read_text() == "4: ACTIVE\n"
+    assert (ports / "mlx5_0" / "ports" / "1" / "rate").read_text() == "400 Gb/sec (4X NDR)\n"
+    if os.geteuid() == 0:
+        dev = node.root / "dev"
+        assert {p.name for p in dev.iterdir()} >= {"nvidia0", "nvidia7", "nvidiactl", "nvidia-uvm"}
+        assert os.major((dev / "nvidia3").stat().st_rdev) == 195
+
+
+def test_nvidia_smi_query_csv(node: Node):
+    out = node.run("nvidia-smi", "--query-gpu=index,name,memory.total,power.draw,temperature.gpu", "--format=csv")
+    lines = out.stdout.splitlines()
+    assert lines[0] == "index, name, memory.total [MiB], power.draw [W], temperature.gpu"
+    assert len(lines) == 9
+    assert lines[1].startswith("0, NVIDIA H100 80GB HBM3, 81559 MiB, ")
+    rows = node.query("index,memory.total,persistence_mode,driver_version,clocks_throttle_reasons.active")
+    assert rows[3] == ["3", "81559", "Disabled", "580.95.05", "0x0000000000000000"]
+    bad = node.run("nvidia-smi", "--query-gpu=index,bogus", "--format=csv", check=2)
+    assert 'Field "bogus" is not a valid field to query.' in bad.stdout
+
+
+def test_nvidia_smi_other_views(node: Node):
+    listing = node.run("nvidia-smi", "-L").stdout.splitlines()
+    assert listing[0].startswith("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-")
+    report = node.run("nvidia-smi", "-q", "-i", "2").stdout
+    assert "Driver Version                              : 580.95.05" in report
+    assert report.count("Product Name") == 1
+    assert "GPU UUID" in report
+    assert "Persistence Mode" in report
+    assert "        State                               : Not Started" in report
+    assert "Driver Version: 580.95.05" in node.run("nvidia-smi").stdout
+    topo = node.run("nvidia-smi", "topo", "-m").stdout.splitlines()
+    assert topo[1].split("\t")[1:9] == [" X "] + ["NV18"] * 7
+    pm = node.run("nvidia-smi", "-pm", "1").stdout.splitlines()
+    assert pm[0] == "Enabled persistence mode for GPU 00000000:18:00.0."
+    assert {row[0] for row in node.query("persistence_mode")} == {"Enabled"}
+
+
+def test_driver_missing_and_mismatch(node: Node):
+    (node.lib / "driver-version").write_text("580.105.08\n")  # upgraded package, old module still loaded
+    mismatch = node.run("nvidia-smi", check=18)
+    assert "Failed to initialize NVML: Driver/library version mismatch" in mismatch.stdout
+    assert "NVML library version: 580.105.08" in mismatch.stdout
+    node.run("gpu-sim", "reload")
+    assert node.query("driver_version") == [["580.105.08"]] * 8
+    (node.lib / "driver-version").unlink()
+    missing = node.run("nvidia-smi", check=9)
+    assert "couldn't communicate with the NVIDIA driver" in missing.stdout
+
+
+def test_faults_change_outputs(node: Node):
+    node.run("gpu-sim", "fault", "lost-gpu", "--gpu", "5")
+    assert len(node.query("index")) == 7
+    node.run("gpu-sim", "fault", "hot", "--gpu", "1")
+    assert node.query("temperature.gpu")[1] == ["95"]
+    node.run("gpu-sim", "fault", "nvlink-down", "--gpu", "2")
+    status = node.run("nvidia-smi", "nvlink", "-s", "-i", "2").stdout
+    assert "\t Link 3: <inactive>" in status
+    assert "\t Link 4: 26.562 GB/s" in status
+    node.run("gpu-sim", "fault", "ecc", "--gpu", "0")
+    node.run("gpu-sim", "fault", "throttle", "--gpu", "0")
+    fields = "ecc.errors.uncorrected.volatile.total,remapped_rows.pending,clocks_event_reasons.active"
+    assert node.query(fields)[0] == ["1", "Yes", "0x0000000000000008"]
+    node.run("gpu-sim", "fault", "ib-down")
+    state_file = node.root / "sysfs" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "state"
+    assert state_file.read_text() == "1: DOWN\n"
+    node.run("gpu-sim", "clear", "hot")
+    assert node.query("temperature.gpu")[1] != ["95"]
+    node.run("gpu-sim", "clear", "all")
+    assert len(node.query("index")) == 8
+    assert "<inactive>" not in node.run("nvidia-smi", "nvlink", "--status").stdout
+    assert state_file.read_text() == "4: ACTIVE\n"
+    node.run("gpu-sim", "set", "gpus.3.temperature_c", "77")
+    assert node.query("temperature.gpu")[3] == ["77"]
+    assert node.run("gpu-sim", "set", "gpus.9.temperature_c", "1", check=1).stderr
+
+
+def test_persistenced(node: Node):
+    proc = node.start("nvidia-persistenced", "--user", "nvidia-persistenced", "--persistence-mode", "--verbose")
+    wait_for(lambda: all(g["persistence_mode"] for g in node.state()["gpus"]))
+    assert node.stop(proc) == 0
+    assert not any(g["persistence_mode"] for g in node.state()["gpus"])
+
+
+def test_fabricmanager(node: Node):
+    assert node.run("nv-fabricmanager", "--version").stdout.strip() == "Fabric Manager version is : 580.95.05"
+    cfg = str(STANDIN / "fabricmanager" / "fabricmanager.cfg")
+    proc = node.start("nv-fabricmanager", "-c", cfg)
+    wait_for(lambda: node.query("fabric.state,fabric.status") == [["Completed", "Success"]] * 8)
+    assert node.state()["fm_running"] is True
+    refused = node.run("gpu-sim", "reload", check=1)
+    assert "nv-fabricmanager" in refused.stderr
+    assert node.stop(proc) == 0
+    assert node.state()["fm_running"] is False
+    node.run("gpu-sim", "reload")
+    assert node.query("fabric.state") == [["Not Started"]] * 8
+    # a driver without the matching Fabric Manager
+    node.install(driver="580.105.08")
+    node.run("gpu-sim", "reload")
+    mismatch = node.run("nv-fabricmanager", "-c", cfg, check=1)
+    assert (
+        "fabric manager NVIDIA GPU driver interface version 580.105.08 don't match with fabric manager version "
+        "580.95.05. Please update with matching NVIDIA driver package." in mismatch.stderr
+    )
+
+
+def test_hostengine_dcgmi_and_exporter(node: Node, tmp_path: Path):
+    engine_port, exporter_port = free_port(), free_port()
+    host = f"127.0.0.1:{engine_port}"
+    down = node.run("dcgmi", "discovery", "-l", "--host", host, check=255)
+    assert "Error: unable to establish a connection to the specified host: 127.0.0.1" in down.stdout
+    assert node.run("dcgmi", "--version").stdout.splitlines()[-1] == "Version : 4.2.3"
+
+    engine = node.start("nv-hostengine", "-n", "--service-account", "nvidia-dcgm", "-p", str(engine_port))
+    wait_for(lambda: node.run("dcgmi", "discovery", "-l", "--host", host, check=None).returncode == 0)
+    discovery = node.run("dcgmi", "discovery", "-l", "--host", host).stdout
+    assert discovery.startswith("8 GPUs found.")
+    assert "NVIDIA H100 80GB HBM3" in discovery
+    assert "00000000:DB:00.0" in discovery
+    assert "nv-hostengine" in node.run("gpu-sim", "reload", check=1).stderr
+
+    passed = json.loads(node.run("dcgmi", "diag", "-r", "1", "-j", "--host", host).stdout)
+    assert passed["result"] == "Pass"
+    assert len(passed["gpus"]) == 8
+    node.run("gpu-sim", "fault", "xid", "--gpu", "4")
+    failed = json.loads(node.run("dcgmi", "diag", "-r", "2", "-j", "--host", host, check=226).stdout)
+    assert failed["result"] == "Fail"
+    assert [g["index"] for g in failed["gpus"] if g["result"] == "Fail"] == [4]
+    health = json.loads(node.run("dcgmi", "health", "-c", "-j", "--host", host).stdout)
+    assert health["incidents"][0]["gpu"] == 4
+    assert health["incidents"][0]["system"] == "pcie"
+    assert health["incidents"][0]["message"].startswith("XID 79 at ")
+
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "2").write_text("4242\n")
+    counters = tmp_path / "counters.csv"
+    counters.write_text(
+        (STANDIN / "dcgm-exporter" / "default-counters.csv").read_text() + "DCGM_FI_NOT_A_FIELD, gauge, nope.\n"
+    )
+    exporter = node.start(
+        "dcgm-exporter",
+        *("-f", str(counters), "-a", f"127.0.0.1:{exporter_port}", "-r", host),
+        *("--hpc-job-mapping-dir", str(jobs), "-c", "1000"),
+    )
+    url = f"http://127.0.0.1:{exporter_port}/metrics"
+
+    def scrape() -> str | None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.read().decode()
+        except (urllib.error.URLError, ConnectionError):
+            return None
+
+    metrics = wait_for(scrape)
+    assert isinstance(metrics, str)
+    assert "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C)." in metrics
+    assert "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter" in metrics
+    assert "DCGM_FI_NOT_A_FIELD" not in metrics
+    uuid4 = node.state()["gpus"][4]["uuid"]
+    assert (
+        f'DCGM_FI_DEV_XID_ERRORS{{gpu="4",UUID="{uuid4}",pci_bus_id="00000000:9A:00.0",device="nvidia4",'
+        f'modelName="NVIDIA H100 80GB HBM3",Hostname="dgx01"}} 79'
+    ) in metrics
+    job_lines = [line for line in metrics.splitlines() if 'hpc_job="4242"' in line]
+    assert job_lines
+    assert all('gpu="2"' in line for line in job_lines)
+
+    assert node.stop(engine) == 0
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(url, timeout=5)
+    assert error.value.code == 500
+    error.value.close()
+    node.stop(exporter)
+    assert "DCGM_FI_NOT_A_FIELD" in (exporter.stderr.read() if exporter.stderr else "")
+
+
+def test_hostengine_refuses_without_driver(node: Node):
+    (node.lib / "driver-version").unlink()
+    assert node.run("nv-hostengine", "-n", "-p", str(free_port()), check=1).stderr
+
+
+def test_boot_and_first_driver_install(node: Node):
+    node.run("gpu-sim", "set", "loaded_driver", "null")
+    assert node.run("nvidia-smi", check=9)
+    node.run("gpu-sim", "driver-installed")
+    assert node.state()["loaded_driver"] == "580.95.05"
+    node.install(driver="580.105.08")
+    node.run("gpu-sim", "driver-installed")  # an upgrade does not change the loaded driver
+    assert node.state()["loaded_driver"] == "580.95.05"
+    node.run("gpu-sim", "boot")
+    assert node.state()["loaded_driver"] == "580.105.08"
+
+
+def test_enroot_version(node: Node):
+    assert node.run("enroot", "version").stdout.strip() == "3.5.0"
+    assert "not implemented" in node.run("enroot", "import", "docker://x", check=1).stderr
+
+
+# --------------------------------------------------------------------------- packages and the apt repository
+
+EXPECTED_APT = {
+    ("gpu-sim", "1.0-1"),
+    ("cuda-drivers-550", "550.163.01-1"),
+    ("cuda-drivers-580", "580.82.07-1"),
+    ("cuda-drivers-580", "580.95.05-1"),
+    ("cuda-drivers-580", "580.105.08-1"),
+    ("nvidia-fabricmanager-550", "550.163.01-1"),
+    ("libnvidia-nscq-550", "550.163.01-1"),
+    ("nvidia-fabricmanager", "580.95.05-1"),
+    ("libnvidia-nscq", "580.95.05-1"),
+    ("nvidia-fabricmanager", "580.105.08-1"),
+    ("libnvidia-nscq", "580.105.08-1"),
+    ("datacenter-gpu-manager-4-core", "1:4.2.3-1"),
+    ("datacenter-gpu-manager-4-cuda12", "1:4.2.3-1"),
+    ("datacenter-gpu-manager-4-core", "1:4.1.1-1"),
+    ("datacenter-gpu-manager-4-cuda12", "1:4.1.1-1"),
+}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not all(shutil.which(tool) for tool in BUILD_TOOLS):
+        pytest.skip("dpkg-deb and gpg are needed to build the repo")
+    out = tmp_path_factory.mktemp("standin-repo")
+    result = subprocess.run(
+        [sys.executable, str(STANDIN / "build_repo.py"), str(out)], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == str(out)
+    return out
+
+
+def stanzas(text: str) -> list[dict[str, str]]:
+    found = []
+    for block in text.strip().split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            if not line.startswith(" ") and ":" in line:
+                key, value = line.split(":", 1)
+                fields[key] = value.strip()
+        found.append(fields)
+    return found
+
+
+@needs_build_tools
+def test_repo_index_and_packages(repo: Path):
+    index = json.loads((repo / "index.json").read_text())
+    for entry in index["packages"] + index["archives"]:
+        path = repo / entry["path"]
+        assert path.is_file(), entry
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
+    in_apt = {(p["name"], p["version"]) for p in index["packages"] if p["in_apt"]}
+    assert in_apt == EXPECTED_APT
+    standalone = {p["path"] for p in index["packages"] if not p["in_apt"]}
+    assert standalone == {"enroot/v3.5.0/enroot_3.5.0-1_amd64.deb", "enroot/v3.5.0/enroot+caps_3.5.0-1_amd64.deb"}
+    assert index["drivers"]["580.82.07"]["fabricmanager_package"] is None
+    assert index["dcgm_exporter"]["path"] == "dcgm-exporter/4.2.3-4.1.3/dcgm-exporter_4.2.3-4.1.3_linux_amd64.tar.gz"
+    assert index["pyxis"]["path"] == "pyxis/archive/refs/tags/v0.20.0.tar.gz"
+
+    packages = (repo / "apt" / "Packages").read_text()
+    assert gzip.decompress((repo / "apt" / "Packages.gz").read_bytes()).decode() == packages
+    listed = stanzas(packages)
+    assert {(s["Package"], s["Version"]) for s in listed} == EXPECTED_APT
+    for stanza in listed:
+        deb = repo / "apt" / stanza["Filename"]
+        assert hashlib.sha256(deb.read_bytes()).hexdigest() == stanza["SHA256"]
+        assert stanza["Maintainer"] == "corectl stand-ins <standin@corectl.invalid>"
+    cuda12 = next(s for s in listed if s["Package"] == "datacenter-gpu-manager-4-cuda12" and "4.2.3" in s["Version"])
+    assert cuda12["Depends"] == "datacenter-gpu-manager-4-core (= 1:4.2.3-1)"
+    assert not any("580.82.07" in s["Version"] for s in listed if "fabricmanager" in s["Package"])
+
+    release = (repo / "apt" / "Release").read_text()
+    assert "Date: " in release
+    assert f" {hashlib.sha256(packages.encode()).hexdigest()} " in release
+
+
+@needs_build_tools
+def test_repo_signature_verifies(repo: Path):
+    home = Path(tempfile.mkdtemp(prefix="gv", dir="/tmp"))  # short: gpg sockets live in the home directory
+    try:
+        keyring = home / "key.gpg"
+        gpg = ["gpg", "--homedir", str(home), "--batch", "--no-default-keyring", "--keyring", str(keyring)]
+        subprocess.run([*gpg, "--import", str(repo / "keys" / "corectl-standin.asc")], capture_output=True, check=True)
+        verify = subprocess.run(
+            [*gpg, "--verify", str(repo / "apt" / "InRelease")], capture_output=True, text=True, check=False
+        )
+        assert verify.returncode == 0, verify.stderr
+        assert "Good signature" in verify.stderr
+        detached = [*gpg, "--verify", str(repo / "apt" / "Release.gpg"), str(repo / "apt" / "Release")]
+        assert subprocess.run(detached, capture_output=True, check=False).returncode == 0
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True, check=False)
+        shutil.rmtree(home, ignore_errors=True)
+    assert (repo / "keys" / "corectl-standin.asc").read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+
+
+@needs_build_tools
+def test_second_build_is_a_noop(repo: Path):
+    before = {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()}
+    result = subprocess.run(
+        [sys.executable, str(STANDIN / "build_repo.py"), str(repo)], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == str(repo)
+    assert {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()} == before
+
+
+@needs_build_tools
+def test_archives(repo: Path):
+    exporter = repo / "dcgm-exporter" / "4.2.3-4.1.3" / "dcgm-exporter_4.2.3-4.1.3_linux_amd64.tar.gz"
+    pyxis = repo / "pyxis" / "archive" / "refs" / "tags" / "v0.20.0.tar.gz"
+    for archive, top, members in (
+        (exporter, "dcgm-exporter_4.2.3-4.1.3_linux_amd64", {"dcgm-exporter", "default-counters.csv"}),
+        (pyxis, "pyxis-0.20.0", {"pyxis.c", "Makefile", "VERSION"}),
+    ):
+        digest, name = (archive.parent / (archive.name + ".sha256")).read_text().split()
+        assert name == archive.name
+        assert digest == hashlib.sha256(archive.read_bytes()).hexdigest()
+        with tarfile.open(archive) as tar:
+            names = tar.getnames()
+            assert {n.split("/", 1)[0] for n in names} == {top}
+            assert {f"{top}/{m}" for m in members} <= set(names)
+            if archive is exporter:
+                assert tar.getmember(f"{top}/dcgm-exporter").mode & 0o111
+
+
+@needs_build_tools
+def test_installed_layout_works(repo: Path, tmp_path: Path):
+    """Unpack the packages like dpkg would and run the installed tools from that tree."""
+    root = tmp_path / "root"
+    for deb in (
+        "apt/gpu-sim_1.0-1_all.deb",
+        "apt/cuda-drivers-580_580.95.05-1_amd64.deb",
+        "apt/nvidia-fabricmanager_580.95.05-1_amd64.deb",
+        "apt/datacenter-gpu-manager-4-core_4.2.3-1_amd64.deb",
+        "enroot/v3.5.0/enroot_3.5.0-1_amd64.deb",
+    ):
+        subprocess.run(["dpkg-deb", "-x", str(repo / deb), str(root)], check=True)
+        control = tmp_path / "control" / Path(deb).name
+        control.parent.mkdir(exist_ok=True)
+        subprocess.run(["dpkg-deb", "-e", str(repo / deb), str(control)], check=True)
+        for script in ("postinst", "prerm"):
+            if (control / script).exists():
+                subprocess.run(["sh", "-n", str(control / script)], check=True)
+    lib = root / "usr" / "lib" / "gpu-sim"
+    assert (lib / "driver-version").read_text().strip() == "580.95.05"
+    unit = (root / "lib" / "systemd" / "system" / "nvidia-persistenced.service").read_text()
+    assert "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose" in unit
+    assert (root / "etc" / "enroot" / "hooks.d" / "98-nvidia.sh").is_file()
+    assert (root / "usr" / "share" / "enroot" / "hooks.d" / "50-slurm-pmi.sh").is_file()
+    env = dict(os.environ, GPU_SIM_STATE=str(tmp_path / "gpus.json"), GPU_SIM_LIB=str(lib))
+    env.update(
+        GPU_SIM_RUN=str(tmp_path / "run"), GPU_SIM_SYSFS=str(tmp_path / "sys"), GPU_SIM_DEV=str(tmp_path / "dev")
+    )
+
+    def tool(*argv: str) -> str:
+        return subprocess.run(
+            [sys.executable, str(root / "usr" / "bin" / argv[0]), *argv[1:]],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    tool("gpu-sim", "init")
+    assert len(tool("nvidia-smi", "-L").splitlines()) == 8
+    assert tool("nv-fabricmanager", "--version").strip() == "Fabric Manager version is : 580.95.05"
+    assert "Version : 4.2.3" in tool("dcgmi", "--version")
+    assert tool("enroot", "version").strip() == "3.5.0"
+
+
+@pytest.mark.skipif(
+    not (Path("/usr/include/slurm/spank.h").exists() and shutil.which("make") and shutil.which("cc")),
+    reason="needs the Slurm headers (libslurm-dev), make and cc",
+)
+def test_pyxis_builds(tmp_path: Path):
+    src = tmp_path / "pyxis"
+    shutil.copytree(STANDIN / "pyxis", src)
+    subprocess.run(["make", "-C", str(src), "CFLAGS=-O2 -Werror"], capture_output=True, check=True)
+    dest = tmp_path / "dest"
+    subprocess.run(["make", "-C", str(src), "install", f"DESTDIR={dest}", "PREFIX=/usr/local"], check=True)
+    assert (dest / "usr" / "local" / "lib" / "slurm" / "spank_pyxis.so").is_file()
