@@ -298,6 +298,61 @@ def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
     assert "batch" in again.stdout
 
 
+def slurmd_started(container: str) -> str:
+    return docker_exec(container, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", "slurmd")
+
+
+def test_add_node_provisions_only_what_must_change(lab: Path):
+    args = ["--inventory", str(lab)]
+    existing = ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"]
+    before = [slurmd_started(c) for c in existing]
+    started = corectl("lab", "add", *args).stdout
+    assert "e2e-dgx03" in started and f"127.0.0.1:{PORT_BASE + 3}" in started
+    options = ["--address", "172.29.210.13", "--profile", "dgx-standin", "--leaf", "leaf1"]
+    options += ["--ssh-host", "127.0.0.1", "--ssh-port", str(PORT_BASE + 3)]
+    corectl("add-node", "e2e-dgx03", *args, *options)
+    records = [r for r in runs(lab) if r["command"].startswith("add-node e2e-dgx03")]
+    assert [r["command"] for r in records] == [
+        "add-node e2e-dgx03 (hosts)",
+        "add-node e2e-dgx03 (config)",
+        "add-node e2e-dgx03",
+    ]
+    hosts_run, config_run, node_run = records
+    # the existing compute nodes: /etc/hosts only, and their slurmd was not restarted
+    assert hosts_run["tags"] == "etc_hosts"
+    assert {n: hosts_run["hosts"][n]["changed"] for n in ("e2e-dgx01", "e2e-dgx02")} == {"e2e-dgx01": 1, "e2e-dgx02": 1}
+    assert set(config_run["hosts"]) == {"e2e-head01"}
+    assert set(node_run["hosts"]) == {"e2e-dgx03"}
+    assert [slurmd_started(c) for c in existing] == before
+    # declared, scheduled, monitored
+    assert "e2e-dgx03" in (lab / "cluster.yml").read_text()
+    assert slurm_reason("e2e-dgx03") == "idle|none"
+    assert docker_exec(HEAD, "srun", "--nodelist=e2e-dgx03", "hostname").strip() == "e2e-dgx03"
+    out = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=3", "hostname")
+    assert sorted(out.split()) == ["e2e-dgx01", "e2e-dgx02", "e2e-dgx03"]
+
+    def gpu_targets_up() -> set[str]:
+        targets = prometheus(HEAD, "/api/v1/targets")["data"]["activeTargets"]
+        return {t["labels"]["node"] for t in targets if t["labels"]["job"] == "dcgm" and t["health"] == "up"}
+
+    all_three = {"e2e-dgx01", "e2e-dgx02", "e2e-dgx03"}
+    assert wait_for(gpu_targets_up, lambda nodes: nodes == all_three, 90) == all_three
+
+
+def test_remove_node_leaves_slurm_prometheus_and_cluster_yml_consistent(lab: Path):
+    corectl("remove-node", "e2e-dgx03", "--inventory", str(lab))
+    nodes = docker_exec(HEAD, "sinfo", "--noheader", "--Node", "--format", "%N").split()
+    assert sorted(set(nodes)) == ["e2e-dgx01", "e2e-dgx02"]
+    assert "e2e-dgx03" not in (lab / "cluster.yml").read_text()
+    corectl("render", "--check", "--inventory", str(lab))
+
+    def monitored() -> set[str]:
+        return {t["labels"].get("node") for t in prometheus(HEAD, "/api/v1/targets")["data"]["activeTargets"]}
+
+    assert "e2e-dgx03" not in wait_for(monitored, lambda nodes: "e2e-dgx03" not in nodes, 60)
+    assert "e2e-dgx03" not in docker_exec(HEAD, "cat", "/etc/hosts")
+
+
 def test_limit_check_and_diff_pass_through(lab: Path):
     options = ["--limit", "e2e-dgx01", "--check", "--diff", "--tags", "base"]
     result = corectl("provision", "--inventory", str(lab), *options)

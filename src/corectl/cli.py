@@ -171,6 +171,47 @@ def health(
         raise typer.Exit(1)
 
 
+@app.command("add-node")
+def add_node(
+    node: Annotated[str, typer.Argument(help="the new compute node's name, e.g. dgx13")],
+    inventory: InventoryOpt,
+    address: Annotated[str | None, typer.Option(help="its address (when cluster.yml does not declare it yet)")] = None,
+    profile: Annotated[str | None, typer.Option(help="its hardware profile (idem)")] = None,
+    leaf: Annotated[str | None, typer.Option(help="its leaf switch (idem)")] = None,
+    rack: Annotated[str | None, typer.Option(help="its rack (idem)")] = None,
+    ssh_host: Annotated[str | None, typer.Option(help="SSH endpoint host, when not the address")] = None,
+    ssh_port: Annotated[int | None, typer.Option(help="SSH port, when not 22")] = None,
+    partition: Annotated[
+        list[str] | None, typer.Option("--partition", "-p", help="partitions to join (default: the default one)")
+    ] = None,
+) -> None:
+    """Add a compute node: declare it, update only the hosts that must change, provision and check it, resume it."""
+    from corectl.commands.lifecycle import add_node as run_add
+
+    entry = None
+    if address or profile:
+        if not (address and profile):
+            raise CorectlError("add-node: --address and --profile go together", exit_code=2)
+        entry = {"address": address, "profile": profile, "roles": ["compute"]}
+        entry.update({k: v for k, v in (("rack", rack), ("leaf", leaf)) if v})
+        ssh = {k: v for k, v in (("host", ssh_host), ("port", ssh_port)) if v}
+        if ssh:
+            entry["ssh"] = ssh
+    run_add(_site(inventory), out, node, entry=entry, partitions=partition or [])
+
+
+@app.command("remove-node")
+def remove_node(
+    node: Annotated[str, typer.Argument(help="the compute node to retire")],
+    inventory: InventoryOpt,
+    timeout: Annotated[int, typer.Option("--timeout", min=0, help="seconds to wait for its jobs to end")] = 3600,
+) -> None:
+    """Drain a node, wait for its jobs, and remove it from Slurm, monitoring and cluster.yml."""
+    from corectl.commands.lifecycle import remove_node as run_remove
+
+    run_remove(_site(inventory), out, node, timeout=timeout)
+
+
 @app.command()
 def status(inventory: InventoryOpt) -> None:
     """Show compute nodes with their Slurm state, reason, running jobs and last health check."""
@@ -284,6 +325,23 @@ def lab_image() -> None:
     from corectl.lab.image import ensure_image
 
     out.print(ensure_image())
+
+
+@lab_app.command("add")
+def lab_add(
+    inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",
+) -> None:
+    """Start one more DGX stand-in beside a running lab (declare it with corectl add-node)."""
+    from corectl.lab.nodes import add
+
+    node = add(_site(inventory))
+    out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
+    out.print(
+        f"next: corectl add-node {node.name} --inventory {inventory} --address {node.address} "
+        f"--profile dgx-standin --leaf leaf1 --ssh-host 127.0.0.1 --ssh-port {node.ssh_port}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @lab_app.command("repo")

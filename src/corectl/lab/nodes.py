@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -360,11 +361,18 @@ def up(spec: LabSpec) -> list[LabNode]:
     ensure_engine()
     image = ensure_image()
     key = ensure_key(spec.site)
-    public_key = key.with_suffix(".pub").read_text()
     spec.site.directory.mkdir(parents=True, exist_ok=True)
     _ensure_network(spec)
     repo_vars = repo.lab_vars(spec.container(f"{spec.prefix}repo"), spec.network, spec.repo_address(), spec.site.name)
     nodes = spec.nodes()
+    _start_nodes(spec, nodes, image, key)
+    write_inventory(spec, repo_vars)
+    _save_spec(spec)
+    return nodes
+
+
+def _start_nodes(spec: LabSpec, nodes: list[LabNode], image: str, key: Path) -> None:
+    public_key = key.with_suffix(".pub").read_text()
     for node in nodes:
         start_container(spec, node.name, node.address, image, node.ssh_port)
     for node in nodes:
@@ -375,8 +383,33 @@ def up(spec: LabSpec) -> list[LabNode]:
             _ensure_gpu_devices(container)
     _record_host_keys(spec)
     _check_ssh(spec, key)
-    write_inventory(spec, repo_vars)
-    return nodes
+
+
+SPEC_FILE = "spec.json"
+
+
+def _save_spec(spec: LabSpec) -> None:
+    data = {k: getattr(spec, k) for k in ("computes", "subnet", "ssh_port_base", "prefix", "ceph")}
+    spec.site.lab_dir.mkdir(parents=True, exist_ok=True)
+    (spec.site.lab_dir / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def load_spec(site: Site) -> LabSpec:
+    try:
+        data = json.loads((site.lab_dir / SPEC_FILE).read_text())
+    except (OSError, ValueError):
+        raise CorectlError(f"no lab is up for site {site.name}; run corectl lab up --inventory {site.name}") from None
+    return LabSpec(site=site, **data)
+
+
+def add(site: Site) -> LabNode:
+    """Start one more DGX stand-in beside a running lab (not declared anywhere: see corectl add-node)."""
+    ensure_engine()
+    spec = replace(load_spec(site), computes=load_spec(site).computes + 1)
+    node = spec.nodes()[-1]
+    _start_nodes(spec, [node], ensure_image(), ensure_key(site))
+    _save_spec(spec)
+    return node
 
 
 def running_nodes(site: Site) -> list[str]:

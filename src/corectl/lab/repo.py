@@ -47,9 +47,12 @@ def serve(container: str, network: str, address: str, label: str) -> str:
     ensure_engine()
     root = build()
     state = docker("ps", "-a", "--filter", f"name=^{container}$", "--format", "{{.State}}").strip()
-    if state and state != "running":
-        docker("rm", "--force", container)
-        state = ""
+    if state:
+        networks = "{{range $n, $c := .NetworkSettings.Networks}}{{$n}} {{$c.IPAddress}}{{end}}"
+        where = docker("inspect", container, "--format", networks).strip()
+        if state != "running" or where != f"{network} {address}":
+            docker("rm", "--force", container)  # stopped, or left over from another network
+            state = ""
     if not state:
         docker(
             "run",

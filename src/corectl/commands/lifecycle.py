@@ -1,0 +1,140 @@
+"""add-node and remove-node: change the cluster by one node, touching only what must change.
+
+add-node: declare the node (unless cluster.yml already does), then
+  1. the other nodes: only /etc/hosts (tag etc_hosts),
+  2. the controller, login and monitoring nodes: Slurm configuration and Prometheus targets
+     (tags slurm, monitoring), then drain the new node in Slurm before its slurmd ever starts,
+  3. the new node: the whole site playbook,
+  4. the new node's health checks; only when they pass is it resumed.
+remove-node: drain it and wait for its jobs, remove it from cluster.yml, then update the
+controller, login and monitoring nodes and the other nodes' /etc/hosts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from corectl import edit, hostlist, secrets
+from corectl.commands.health import health
+from corectl.commands.inventory import render_site, validate
+from corectl.commands.nodes import set_state
+from corectl.errors import CorectlError
+from corectl.model import Cluster
+from corectl.progress import LiveProgress, summary_table
+from corectl.runner import RunRequest, RunResult, run_playbook
+from corectl.site import Site
+
+ADD_REASON = "corectl add-node: not yet checked"
+
+
+def _step(site: Site, console: Console, title: str, **request: Any) -> RunResult:
+    console.print(f"[bold]{title}[/bold]")
+    run = RunRequest(site=site, **request)
+    with LiveProgress(console, title) as progress:
+        result = run_playbook(run, sink=progress)
+    console.print(summary_table(result))
+    if not result.ok:
+        failed = ", ".join(result.failed_hosts) or result.status
+        raise CorectlError(f"{title}: failed on {failed}; see {result.artifact_dir}")
+    return result
+
+
+def _service_nodes(cluster: Cluster, exclude: str) -> str:
+    """Hosts whose configuration lists the nodes: controller, login and monitoring nodes."""
+    names = {n.name for n in cluster.nodes if {"slurm_controller", "login", "monitoring"} & set(n.roles)}
+    names.discard(exclude)
+    return ",".join(sorted(names))
+
+
+def add_node(
+    site: Site,
+    console: Console,
+    name: str,
+    *,
+    entry: dict[str, Any] | None,
+    partitions: list[str],
+) -> None:
+    current = validate(site)
+    declared = any(n.name == name for n in current.nodes)
+    if not declared:
+        if entry is None:
+            raise CorectlError(f"{name} is not in {site.cluster_file}; give --address and --profile", exit_code=2)
+        if not partitions:
+            partitions = [p.name for p in current.config.slurm.partitions if p.default]
+        edit.add_node(site, {"name": name, **entry}, partitions)
+        console.print(f"{site.cluster_file}: {name} added (partitions: {', '.join(partitions) or 'none'})")
+    cluster, _ = render_site(site, check_only=False)
+    secrets.check(site)
+    node = cluster.node(name)
+    if "compute" not in node.roles:
+        raise CorectlError(f"add-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)
+    others = [n.name for n in cluster.nodes if n.name != name]
+    _step(
+        site,
+        console,
+        f"add-node {name}: /etc/hosts on the other nodes",
+        command=f"add-node {name} (hosts)",
+        limit=",".join(others),
+        tags="etc_hosts",
+    )
+    _step(
+        site,
+        console,
+        f"add-node {name}: Slurm and Prometheus configuration",
+        command=f"add-node {name} (config)",
+        limit=_service_nodes(cluster, name),
+        tags="slurm,monitoring",
+    )
+    set_state(site, console, name, "drain", ADD_REASON)
+    _step(site, console, f"add-node {name}: the node itself", command=f"add-node {name}", limit=name)
+    report = health(site, console, limit=name)
+    if not report.ok:
+        failed = [c["name"] for c in report.nodes.get(name, {}).get("checks", []) if c.get("status") == "fail"]
+        raise CorectlError(f"{name} failed its health checks ({', '.join(failed)}); it stays drained")
+    set_state(site, console, name, "resume")
+    console.print(f"{name} is in service")
+
+
+def remove_node(site: Site, console: Console, name: str, *, timeout: int) -> None:
+    cluster = validate(site)
+    try:
+        node = cluster.node(name)
+    except KeyError:
+        raise CorectlError(f"{name} is not a node of site {site.name}", exit_code=2) from None
+    if "compute" not in node.roles:
+        raise CorectlError(f"remove-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)
+    secrets.check(site)
+    controller = cluster.with_role("slurm_controller")[0].name
+    _step(
+        site,
+        console,
+        f"remove-node {name}: drain and wait for its jobs",
+        command=f"remove-node {name} (drain)",
+        playbook="node-retire.yml",
+        limit=controller,
+        secrets=False,
+        extravars={"corectl_retire_node": name, "corectl_retire_timeout": timeout},
+    )
+    cluster = edit.remove_node(site, name)
+    console.print(f"{site.cluster_file}: {name} removed")
+    render_site(site, check_only=False)
+    _step(
+        site,
+        console,
+        f"remove-node {name}: Slurm and Prometheus configuration",
+        command=f"remove-node {name} (config)",
+        limit=_service_nodes(cluster, name),
+        tags="slurm,monitoring",
+    )
+    others = hostlist.compress([n.name for n in cluster.nodes])
+    _step(
+        site,
+        console,
+        f"remove-node {name}: /etc/hosts on the other nodes",
+        command=f"remove-node {name} (hosts)",
+        limit=",".join(n.name for n in cluster.nodes),
+        tags="etc_hosts",
+    )
+    console.print(f"{name} removed from Slurm, Prometheus and cluster.yml (remaining: {others})")

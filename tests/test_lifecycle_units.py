@@ -1,0 +1,69 @@
+"""cluster.yml edits of add-node/remove-node, the upgrade rollout order, the Slurm status parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corectl import edit
+from corectl.commands.status import parse_status
+from corectl.commands.upgrade import batches, rollout_order
+from corectl.errors import CorectlError, ValidationFailed
+from corectl.loader import load_cluster
+from corectl.site import resolve_site
+
+
+def test_add_node_declares_it_keeps_comments_and_joins_the_partition(core_copy: Path):
+    site = resolve_site(str(core_copy))
+    entry = {"address": "10.10.1.23", "profile": "dgx-h100", "roles": ["compute"], "rack": "r02", "leaf": "leaf2"}
+    cluster = edit.add_node(site, {"name": "dgx13", **entry}, ["batch"])
+    assert cluster.node("dgx13").address == "10.10.1.23"
+    text = (core_copy / "cluster.yml").read_text()
+    assert text.startswith("# CORE: one head node")  # the operator's comments stay
+    batch = next(p for p in load_cluster(core_copy).config.slurm.partitions if p.name == "batch")
+    assert batch.nodes == "dgx[01-13]"
+
+
+def test_an_invalid_addition_changes_nothing(core_copy: Path):
+    site = resolve_site(str(core_copy))
+    before = (core_copy / "cluster.yml").read_text()
+    entry = {"name": "dgx13", "address": "10.10.1.11", "profile": "dgx-h100", "roles": ["compute"], "leaf": "leaf2"}
+    with pytest.raises(ValidationFailed) as failed:
+        edit.add_node(site, entry, [])
+    assert "nothing was changed" in failed.value.lines[0]
+    assert any(str(core_copy / "cluster.yml") in line and "10.10.1.11" in line for line in failed.value.lines[1:])
+    assert (core_copy / "cluster.yml").read_text() == before
+    with pytest.raises(CorectlError, match="no such partition"):
+        edit.add_node(site, {**entry, "address": "10.10.1.30"}, ["gpu-big"])
+    assert (core_copy / "cluster.yml").read_text() == before
+
+
+def test_remove_node_needs_its_own_entry_and_leaves_partitions_consistent(core_copy: Path):
+    site = resolve_site(str(core_copy))
+    with pytest.raises(CorectlError, match=r"part of dgx\[01-06\]"):
+        edit.remove_node(site, "dgx03")
+    entry = {"address": "10.10.1.23", "profile": "dgx-h100", "roles": ["compute"], "leaf": "leaf2"}
+    edit.add_node(site, {"name": "dgx13", **entry}, ["batch", "interactive"])
+    cluster = edit.remove_node(site, "dgx13")
+    assert "dgx13" not in {n.name for n in cluster.nodes}
+    partitions = {p.name: p.nodes for p in cluster.config.slurm.partitions}
+    assert partitions == {"batch": "dgx[01-12]", "interactive": "dgx[11-12]"}
+
+
+def test_rollout_puts_idle_nodes_first_and_cuts_batches():
+    order = rollout_order(["dgx01", "dgx02", "dgx03", "dgx04"], busy={"dgx01", "dgx03"})
+    assert order == ["dgx02", "dgx04", "dgx01", "dgx03"]
+    assert batches(order, 3) == [["dgx02", "dgx04", "dgx01"], ["dgx03"]]
+
+
+def test_status_parser():
+    status = parse_status(
+        {
+            "nodes": [["dgx01", "alloc", "none"], ["dgx02", "drain", "corectl-health: ecc: GPU 1"]],
+            "jobs": [[7, ["dgx01"]]],
+        }
+    )
+    assert status.busy_nodes() == {"dgx01"}
+    assert status.jobs_on("dgx01") == ["7"]
+    assert status.states["dgx02"] == ("drain", "corectl-health: ecc: GPU 1")
