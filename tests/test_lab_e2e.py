@@ -90,6 +90,9 @@ def test_provision_converges_then_changes_nothing(lab: Path):
     record = runs(lab)[-1]
     assert record["status"] == "successful"
     assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
+    plan = corectl("plan", "--inventory", str(lab))
+    assert runs(lab)[-1]["check"] is True and runs(lab)[-1]["command"] == "plan"
+    assert "nothing would change" in plan.stdout, plan.stdout
     assert all(h["changed"] == 0 and h["failed"] == 0 and h["unreachable"] == 0 for h in record["hosts"].values())
     # what the run did is real on the node: the compute node syncs time from the head node
     sources = subprocess.run(
@@ -302,15 +305,25 @@ def slurmd_started(container: str) -> str:
     return docker_exec(container, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", "slurmd")
 
 
-def test_add_node_provisions_only_what_must_change(lab: Path):
+def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, monkeypatch: pytest.MonkeyPatch):
     args = ["--inventory", str(lab)]
     existing = ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"]
     before = [slurmd_started(c) for c in existing]
-    started = corectl("lab", "add", *args).stdout
+    # a fresh machine: no corectl key, host key unknown, an admin user with a password and sudo
+    started = corectl("lab", "add", *args, "--bare").stdout
     assert "e2e-dgx03" in started and f"127.0.0.1:{PORT_BASE + 3}" in started
+    endpoint = f"[127.0.0.1]:{PORT_BASE + 3} "
+    assert endpoint not in (lab / "known_hosts").read_text()
+    monkeypatch.setenv("E2E_ADMIN_PASSWORD", (lab / ".lab" / "e2e-dgx03.password").read_text().strip())
     options = ["--address", "172.29.210.13", "--profile", "dgx-standin", "--leaf", "leaf1"]
     options += ["--ssh-host", "127.0.0.1", "--ssh-port", str(PORT_BASE + 3)]
-    corectl("add-node", "e2e-dgx03", *args, *options)
+    options += ["--bootstrap-user", "dgxadmin", "--password-env", "E2E_ADMIN_PASSWORD", "--yes"]
+    added = corectl("add-node", "e2e-dgx03", *args, *options)
+    assert "host key ssh-ed25519 SHA256:" in added.stdout
+    assert endpoint in (lab / "known_hosts").read_text()
+    # bootstrap again, now with corectl's key: everything is already there
+    again = corectl("bootstrap", *args, "e2e-dgx03", "--key", str(lab / ".lab" / "id_ed25519"), "--yes").stdout
+    assert "known" in again and "installed" not in again
     records = [r for r in runs(lab) if r["command"].startswith("add-node e2e-dgx03")]
     assert [r["command"] for r in records] == [
         "add-node e2e-dgx03 (hosts)",

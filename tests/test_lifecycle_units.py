@@ -67,3 +67,48 @@ def test_status_parser():
     assert status.busy_nodes() == {"dgx01"}
     assert status.jobs_on("dgx01") == ["7"]
     assert status.states["dgx02"] == ("drain", "corectl-health: ecc: GPU 1")
+
+
+def test_plan_lists_each_hosts_changing_tasks_once():
+    from corectl.commands.provision import changes_from
+
+    def ok(host: str, task: str, changed: bool, role: str = "base") -> dict:
+        return {
+            "event": "runner_on_ok",
+            "event_data": {"host": host, "task": task, "role": role, "res": {"changed": changed}},
+        }
+
+    events = [
+        ok("dgx01", "Write the sysctl file", True),
+        ok("dgx01", "Install packages", False),
+        {"event": "runner_item_on_ok", "event_data": {"host": "dgx01", "task": "Write the sysctl file", "role": "base",
+                                                      "res": {"changed": True}}},
+        ok("head01", "Write slurm.conf", True, role="slurm"),
+        {"event": "runner_on_failed", "event_data": {"host": "dgx02", "task": "x", "res": {"changed": True}}},
+    ]  # fmt: skip
+    assert changes_from(events) == {"dgx01": ["base: Write the sysctl file"], "head01": ["slurm: Write slurm.conf"]}
+
+
+def test_bootstrap_known_hosts_handling(tmp_path: Path):
+    import paramiko
+
+    from corectl.bootstrap import fingerprint, known_key, record_key
+
+    known = tmp_path / "known_hosts"
+    known.write_text("[127.0.0.1]:22100 ssh-ed25519 AAAAold\nother ssh-rsa AAAAx\n")
+    key = paramiko.Ed25519Key.from_private_key_file(str(_ed25519(tmp_path)))
+    assert known_key(known, "[127.0.0.1]:22101") is None
+    record_key(known, "[127.0.0.1]:22101", key)
+    record_key(known, "[127.0.0.1]:22100", key)  # replaces the old entry
+    assert known_key(known, "[127.0.0.1]:22100") == ("ssh-ed25519", key.get_base64())
+    assert known.read_text().count("[127.0.0.1]:22100") == 1
+    assert "other ssh-rsa AAAAx" in known.read_text()
+    assert fingerprint(key).startswith("SHA256:") and not fingerprint(key).endswith("=")
+
+
+def _ed25519(tmp_path: Path) -> Path:
+    import subprocess
+
+    path = tmp_path / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import click
@@ -13,6 +14,9 @@ from typer.core import TyperGroup
 from corectl.errors import CorectlError, ValidationFailed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from corectl.bootstrap import Login
     from corectl.runner import RunResult
 
 err = Console(stderr=True, highlight=False)
@@ -123,6 +127,61 @@ def provision(
 
 
 @app.command()
+def bootstrap(
+    inventory: InventoryOpt,
+    nodes: Annotated[list[str] | None, typer.Argument(help="nodes (default: every node of the site)")] = None,
+    user: Annotated[str, typer.Option(help="user for the first login (root, or an admin user with sudo)")] = "root",
+    password_env: Annotated[
+        str | None, typer.Option(help="read the login (and sudo) password from this environment variable")
+    ] = None,
+    key: Annotated[Path | None, typer.Option(help="log in with this existing private key instead")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="accept new host keys without asking")] = False,
+) -> None:
+    """First contact with fresh nodes: record host keys, install corectl's key, make sure python3 is there."""
+    from corectl.commands.bootstrap import bootstrap as run_bootstrap
+
+    run_bootstrap(_site(inventory), out, nodes or [], _bootstrap_login(user, password_env, key), _host_key_prompt(yes))
+
+
+def _bootstrap_login(user: str, password_env: str | None, key: Path | None) -> Login:
+    import getpass
+    import os
+
+    from corectl.bootstrap import Login
+
+    password = None
+    if password_env:
+        password = os.environ.get(password_env)
+        if password is None:
+            raise CorectlError(f"--password-env {password_env}: not set", exit_code=2)
+    elif key is None or user != "root":
+        password = getpass.getpass(f"password of {user} on the nodes: ")
+    return Login(user, password, key)
+
+
+def _host_key_prompt(yes: bool) -> Callable[[str, str], bool]:
+    def accept(node: str, shown: str) -> bool:
+        out.print(f"{node}: host key {shown}", highlight=False)
+        return yes or typer.confirm(f"accept the host key of {node}?")
+
+    return accept
+
+
+@app.command()
+def plan(
+    inventory: InventoryOpt,
+    limit: Annotated[
+        str | None, typer.Option("--limit", "-l", help="only these hosts/groups (Ansible pattern)")
+    ] = None,
+    tags: Annotated[str | None, typer.Option("--tags", "-t", help="only tasks with these tags")] = None,
+) -> None:
+    """Dry run of provision (check + diff) with a per-host list of what would change."""
+    from corectl.commands.provision import plan as run_plan
+
+    _require_ok(run_plan(_site(inventory), out, limit=limit, tags=tags), "plan")
+
+
+@app.command()
 def drain(
     nodes: Annotated[str, typer.Argument(help="compute node(s), e.g. dgx03 or dgx[01-04]")],
     inventory: InventoryOpt,
@@ -184,6 +243,11 @@ def add_node(
     partition: Annotated[
         list[str] | None, typer.Option("--partition", "-p", help="partitions to join (default: the default one)")
     ] = None,
+    bootstrap_user: Annotated[
+        str | None, typer.Option(help="bootstrap the node first, logging in as this user (see corectl bootstrap)")
+    ] = None,
+    password_env: Annotated[str | None, typer.Option(help="bootstrap: the password's environment variable")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="bootstrap: accept the new host key")] = False,
 ) -> None:
     """Add a compute node: declare it, update only the hosts that must change, provision and check it, resume it."""
     from corectl.commands.lifecycle import add_node as run_add
@@ -197,7 +261,12 @@ def add_node(
         ssh = {k: v for k, v in (("host", ssh_host), ("port", ssh_port)) if v}
         if ssh:
             entry["ssh"] = ssh
-    run_add(_site(inventory), out, node, entry=entry, partitions=partition or [])
+    login = None
+    if bootstrap_user:
+        login = _bootstrap_login(bootstrap_user, password_env, None)
+    run_add(
+        _site(inventory), out, node, entry=entry, partitions=partition or [], login=login, accept=_host_key_prompt(yes)
+    )
 
 
 @app.command("remove-node")
@@ -330,11 +399,15 @@ def lab_image() -> None:
 @lab_app.command("add")
 def lab_add(
     inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",
+    bare: Annotated[
+        bool,
+        typer.Option("--bare", help="like a fresh machine: no corectl key; admin user dgxadmin (password in .lab/)"),
+    ] = False,
 ) -> None:
     """Start one more DGX stand-in beside a running lab (declare it with corectl add-node)."""
     from corectl.lab.nodes import add
 
-    node = add(_site(inventory))
+    node = add(_site(inventory), bare=bare)
     out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     out.print(
         f"next: corectl add-node {node.name} --inventory {inventory} --address {node.address} "

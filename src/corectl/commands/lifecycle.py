@@ -12,11 +12,14 @@ controller, login and monitoring nodes and the other nodes' /etc/hosts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 
 from corectl import edit, hostlist, secrets
+from corectl.bootstrap import Login
+from corectl.commands.bootstrap import bootstrap
 from corectl.commands.health import health
 from corectl.commands.inventory import render_site, validate
 from corectl.commands.nodes import set_state
@@ -55,6 +58,8 @@ def add_node(
     *,
     entry: dict[str, Any] | None,
     partitions: list[str],
+    login: Login | None = None,
+    accept: Callable[[str, str], bool] | None = None,
 ) -> None:
     current = validate(site)
     declared = any(n.name == name for n in current.nodes)
@@ -67,6 +72,8 @@ def add_node(
         console.print(f"{site.cluster_file}: {name} added (partitions: {', '.join(partitions) or 'none'})")
     cluster, _ = render_site(site, check_only=False)
     secrets.check(site)
+    if login is not None:  # a fresh machine: first contact before Ansible can reach it
+        bootstrap(site, console, [name], login, accept or (lambda _node, _key: False))
     node = cluster.node(name)
     if "compute" not in node.roles:
         raise CorectlError(f"add-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)

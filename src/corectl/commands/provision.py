@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
+from rich.table import Table
 
 from corectl import secrets
 from corectl.commands.inventory import render_site
 from corectl.progress import LiveProgress, summary_table
-from corectl.runner import RunRequest, RunResult, run_playbook
+from corectl.runner import EventSink, RunRequest, RunResult, run_playbook
 from corectl.site import Site
 
 
@@ -21,16 +24,59 @@ def provision(
     diff: bool = False,
     playbook: str = "site.yml",
     command: str = "provision",
+    on_event: EventSink | None = None,
 ) -> RunResult:
     render_site(site, check_only=False)
     secrets.check(site)  # a missing or placeholder secret stops the run before any node is touched
     request = RunRequest(site=site, playbook=playbook, command=command, limit=limit, tags=tags, check=check, diff=diff)
     with LiveProgress(console, f"{command} {site.name}") as progress:
-        result = run_playbook(request, sink=progress)
+
+        def sink(event: dict[str, Any]) -> None:
+            progress(event)
+            if on_event is not None:
+                on_event(event)
+
+        result = run_playbook(request, sink=sink)
     console.print(summary_table(result))
     totals = (
         f"changed={result.changed} failed={len(result.failed_hosts)} hosts={len(result.hosts)} "
         f"artifacts={result.artifact_dir}"
     )
     console.print(totals, highlight=False, soft_wrap=True)
+    return result
+
+
+def changes_from(events: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """host -> the tasks that reported (or, in check mode, would report) a change, in run order."""
+    changes: dict[str, list[str]] = {}
+    for event in events:
+        if event.get("event") not in ("runner_on_ok", "runner_item_on_ok"):
+            continue
+        data = event.get("event_data", {})
+        if not (data.get("res") or {}).get("changed"):
+            continue
+        task = f"{data.get('role', '')}: {data.get('task', '')}".lstrip(": ")
+        tasks = changes.setdefault(str(data.get("host")), [])
+        if task not in tasks:
+            tasks.append(task)
+    return changes
+
+
+def plan_table(changes: dict[str, list[str]]) -> Table:
+    table = Table(title="what a provision would change")
+    table.add_column("host")
+    table.add_column("tasks that would change")
+    for host in sorted(changes):
+        table.add_row(host, "\n".join(changes[host]))
+    return table
+
+
+def plan(site: Site, console: Console, *, limit: str | None = None, tags: str | None = None) -> RunResult:
+    """provision --check --diff, then a per-host list of the tasks that would change something."""
+    events: list[dict[str, Any]] = []
+    result = provision(
+        site, console, limit=limit, tags=tags, check=True, diff=True, command="plan", on_event=events.append
+    )
+    changes = changes_from(events)
+    console.print(plan_table(changes) if changes else "nothing would change")
     return result

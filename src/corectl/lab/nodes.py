@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import secrets
 import shutil
 import socket
 import subprocess
@@ -402,12 +403,32 @@ def load_spec(site: Site) -> LabSpec:
     return LabSpec(site=site, **data)
 
 
-def add(site: Site) -> LabNode:
-    """Start one more DGX stand-in beside a running lab (not declared anywhere: see corectl add-node)."""
+BARE_ADMIN = "dgxadmin"
+
+
+def add(site: Site, bare: bool = False) -> LabNode:
+    """Start one more DGX stand-in beside a running lab (not declared anywhere: see corectl add-node).
+
+    ``bare``: like a freshly installed machine: corectl's key is not installed and its host key not
+    recorded; an admin user (dgxadmin, sudo) has a random password kept in .lab/<node>.password, for
+    `corectl bootstrap`.
+    """
     ensure_engine()
     spec = replace(load_spec(site), computes=load_spec(site).computes + 1)
     node = spec.nodes()[-1]
-    _start_nodes(spec, [node], ensure_image(), ensure_key(site))
+    if bare:
+        container = spec.container(node.name)
+        start_container(spec, node.name, node.address, ensure_image(), node.ssh_port)
+        wait_booted(container)
+        _ensure_gpu_devices(container)
+        password = secrets.token_urlsafe(18)
+        docker("exec", container, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", BARE_ADMIN)
+        docker("exec", "-i", container, "chpasswd", input_bytes=f"{BARE_ADMIN}:{password}\n".encode())
+        secret = site.lab_dir / f"{node.name}.password"
+        secret.write_text(password + "\n", encoding="utf-8")
+        secret.chmod(0o600)
+    else:
+        _start_nodes(spec, [node], ensure_image(), ensure_key(site))
     _save_spec(spec)
     return node
 

@@ -1,0 +1,157 @@
+"""bootstrap: first contact with fresh nodes over SSH (paramiko), before Ansible can reach them.
+
+For each node: read its host key and show its fingerprint; record it in the site's known_hosts
+once accepted (a key that differs from a recorded one is refused); log in with a password or an
+existing key (as root, or as an admin user with sudo); install corectl's public key for the
+cluster's SSH user; make sure python3 is present. Running it again changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from corectl.errors import CorectlError
+from corectl.model import Cluster, Node
+from corectl.site import Site
+
+CONNECT_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class Login:
+    user: str
+    password: str | None = None
+    key_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    node: str
+    fingerprint: str
+    new_host_key: bool
+    key_installed: bool
+    python_installed: bool
+
+
+def endpoint(node: Node) -> str:
+    """How OpenSSH's known_hosts names the endpoint."""
+    return node.ssh_host if node.ssh_port == 22 else f"[{node.ssh_host}]:{node.ssh_port}"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_key(known_hosts: Path, name: str) -> tuple[str, str] | None:
+    if not known_hosts.is_file():
+        return None
+    for line in known_hosts.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and name in parts[0].split(","):
+            return parts[1], parts[2]
+    return None
+
+
+def record_key(known_hosts: Path, name: str, key: paramiko.PKey) -> None:
+    lines = known_hosts.read_text(encoding="utf-8").splitlines() if known_hosts.is_file() else []
+    lines = [line for line in lines if not (line.split() and name in line.split()[0].split(","))]
+    lines.append(f"{name} {key.get_name()} {key.get_base64()}")
+    known_hosts.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def public_key(site: Site, cluster: Cluster) -> str:
+    key = cluster.config.cluster.ssh.key
+    if not key:
+        raise CorectlError("cluster.ssh.key is not set in cluster.yml: bootstrap installs that key's .pub", exit_code=2)
+    path = Path(key).expanduser()
+    if not path.is_absolute():
+        path = site.directory / path
+    pub = path.with_name(path.name + ".pub")
+    if not pub.is_file():
+        raise CorectlError(f"{pub}: missing (bootstrap installs corectl's public key from there)", exit_code=2)
+    return pub.read_text(encoding="utf-8").strip()
+
+
+def _script(pub: str, target_user: str) -> str:
+    home = "/root" if target_user == "root" else f"$(getent passwd {shlex.quote(target_user)} | cut -d: -f6)"
+    key = shlex.quote(pub)
+    return (
+        "set -e; "
+        f'home={home}; install -d -m 0700 -o {shlex.quote(target_user)} "$home/.ssh"; '
+        f'if grep -qxF {key} "$home/.ssh/authorized_keys" 2>/dev/null; then echo key=kept; '
+        f'else echo {key} >> "$home/.ssh/authorized_keys"; echo key=added; fi; '
+        f'chown {shlex.quote(target_user)} "$home/.ssh/authorized_keys"; chmod 0600 "$home/.ssh/authorized_keys"; '
+        "if command -v python3 >/dev/null; then echo python=kept; "
+        "else (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 || "
+        "dnf -y -q install python3) >/dev/null; echo python=added; fi"
+    )
+
+
+def _run(client: paramiko.SSHClient, login: Login, script: str) -> str:
+    command = f"sh -c {shlex.quote(script)}"
+    if login.user != "root":
+        command = f"sudo -S -p '' {command}"
+    stdin, stdout, stderr = client.exec_command(command, timeout=600)
+    if login.user != "root":
+        stdin.write((login.password or "") + "\n")
+        stdin.flush()
+    out = stdout.read().decode(errors="replace")
+    if stdout.channel.recv_exit_status() != 0:
+        detail = stderr.read().decode(errors="replace").strip().splitlines()
+        raise CorectlError(f"the bootstrap script failed: {detail[-1] if detail else out.strip()}")
+    return out
+
+
+def bootstrap_node(
+    site: Site, node: Node, login: Login, pub: str, target_user: str, accept: Callable[[str, str], bool]
+) -> Outcome:
+    name = endpoint(node)
+    try:
+        transport = paramiko.Transport((node.ssh_host, node.ssh_port))
+        transport.start_client(timeout=CONNECT_TIMEOUT)
+        server_key = transport.get_remote_server_key()
+        transport.close()
+    except (OSError, paramiko.SSHException) as exc:
+        raise CorectlError(f"{node.name}: cannot reach {name}: {exc}") from None
+    shown = f"{server_key.get_name()} {fingerprint(server_key)}"
+    recorded = known_key(site.known_hosts, name)
+    new = recorded is None
+    if recorded is not None and recorded != (server_key.get_name(), server_key.get_base64()):
+        raise CorectlError(
+            f"{node.name}: the host key of {name} ({shown}) differs from the one in {site.known_hosts}; "
+            "refusing to connect (remove the old entry only if the node was reinstalled)"
+        )
+    if new and not accept(node.name, shown):
+        raise CorectlError(f"{node.name}: host key {shown} not accepted; nothing done")
+    client = paramiko.SSHClient()
+    client.get_host_keys().add(name, server_key.get_name(), server_key)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(
+            node.ssh_host,
+            port=node.ssh_port,
+            username=login.user,
+            password=login.password,
+            key_filename=str(login.key_file) if login.key_file else None,
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=CONNECT_TIMEOUT,
+        )
+        out = _run(client, login, _script(pub, target_user))
+    except paramiko.AuthenticationException:
+        raise CorectlError(f"{node.name}: login as {login.user} refused (password or key)") from None
+    except (OSError, paramiko.SSHException) as exc:
+        raise CorectlError(f"{node.name}: {exc}") from None
+    finally:
+        client.close()
+    if new:
+        record_key(site.known_hosts, name, server_key)
+    return Outcome(node.name, shown, new, "key=added" in out, "python=added" in out)
