@@ -90,7 +90,7 @@ def test_provision_converges_then_changes_nothing(lab: Path):
     record = runs(lab)[-1]
     assert record["status"] == "successful"
     assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
-    plan = corectl("plan", "--inventory", str(lab))
+    plan = corectl("plan", "--inventory", str(lab), "--tags", "base,monitoring")
     assert runs(lab)[-1]["check"] is True and runs(lab)[-1]["command"] == "plan"
     assert "nothing would change" in plan.stdout, plan.stdout
     assert all(h["changed"] == 0 and h["failed"] == 0 and h["unreachable"] == 0 for h in record["hosts"].values())
@@ -228,6 +228,11 @@ def test_health_passes_on_every_compute_node(lab: Path):
         assert {"gpu-count", "driver-version", "fm-version", "fabric", "ecc", "xid", "nvlink", "ib", "mounts"} <= passed
     table = corectl("status", "--inventory", str(lab)).stdout
     assert "e2e-dgx01" in table and "ok " in table
+
+
+def test_burn_in_says_why_it_is_skipped(lab: Path):
+    result = corectl("health", "--burn-in", "--inventory", str(lab))
+    assert result.stdout.count("all_reduce_perf is not installed") == 2, result.stdout
 
 
 # (fault injected on dgx01, how to clear it, the check that must name it)

@@ -112,3 +112,17 @@ def _ed25519(tmp_path: Path) -> Path:
     path = tmp_path / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path
+
+
+def test_burn_in_verdicts():
+    from corectl.commands.burnin import judge
+
+    base = {"node": "dgx01", "gpus": 8, "expected_gbps": 450, "tool": True, "rc": 0}
+    ok = judge({**base, "output": "#  Out of bounds values : 0 OK\n# Avg bus bandwidth    : 471.33 \n"})
+    assert (ok.status, ok.busbw_gbps) == ("pass", 471.33)
+    slow = judge({**base, "output": "# Avg bus bandwidth    : 201.5\n"})
+    assert slow.status == "fail" and "201.5 GB/s < expected 450" in slow.message
+    assert judge({**base, "tool": False, "rc": None, "output": ""}).status == "skip"
+    assert judge({**base, "rc": 1, "output": "srun: error: Unable to allocate resources"}).message.endswith(
+        "Unable to allocate resources"
+    )

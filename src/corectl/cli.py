@@ -214,9 +214,19 @@ def health(
         int | None, typer.Option("--level", min=0, max=3, help="dcgmi diag level (0 off, 1-3); default: the nodes'")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print {nodes: {node: result}, ok} as JSON")] = False,
+    burn_in: Annotated[
+        bool, typer.Option("--burn-in", help="NCCL all_reduce through Slurm instead, busbw vs the profile's")
+    ] = False,
 ) -> None:
     """Run the node health checks on compute nodes in parallel; exit 1 if any node fails."""
     import json
+
+    if burn_in:
+        from corectl.commands.burnin import burn_in as run_burn_in
+
+        if any(r.status == "fail" for r in run_burn_in(_site(inventory), out, limit=limit)):
+            raise typer.Exit(1)
+        return
 
     from corectl.commands.health import health as run_health
     from corectl.commands.health import health_json, render_report

@@ -1,0 +1,74 @@
+"""health --burn-in: NCCL all_reduce bus bandwidth per node, through Slurm (playbooks/burn-in.yml)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from corectl.commands.inventory import render_site
+from corectl.progress import LiveProgress
+from corectl.runner import RunRequest, run_playbook
+from corectl.site import Site
+
+BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
+
+
+@dataclass(frozen=True)
+class BurnIn:
+    node: str
+    status: str  # pass | fail | skip
+    busbw_gbps: float | None
+    expected_gbps: float
+    message: str
+
+
+def judge(raw: dict) -> BurnIn:
+    """One node's verdict from what the playbook saved."""
+    node, expected = raw["node"], float(raw.get("expected_gbps") or 0)
+    if not raw.get("gpus"):
+        return BurnIn(node, "skip", None, expected, "no GPUs in the node's profile")
+    if not raw.get("tool"):
+        return BurnIn(node, "skip", None, expected, "nccl-tests' all_reduce_perf is not installed on the node")
+    found = BUSBW.search(raw.get("output") or "")
+    if raw.get("rc") != 0 or not found:
+        lines = [line for line in (raw.get("output") or "").splitlines() if line.strip()]
+        return BurnIn(
+            node, "fail", None, expected, f"all_reduce_perf failed (rc {raw.get('rc')}): {lines[-1] if lines else ''}"
+        )
+    busbw = float(found.group(1))
+    if expected and busbw < expected:
+        return BurnIn(node, "fail", busbw, expected, f"bus bandwidth {busbw:.1f} GB/s < expected {expected:.0f} GB/s")
+    return BurnIn(node, "pass", busbw, expected, "")
+
+
+def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[BurnIn]:
+    render_site(site, check_only=False)
+    with tempfile.TemporaryDirectory(prefix="corectl-burn-in-") as tmp:
+        request = RunRequest(
+            site=site,
+            playbook="burn-in.yml",
+            command="health --burn-in",
+            limit=limit,
+            extravars={"corectl_burn_in_out": tmp},
+            secrets=False,
+        )
+        with LiveProgress(console, f"burn-in {site.name}") as progress:
+            run_playbook(request, sink=progress)
+        results = [judge(json.loads(path.read_text())) for path in sorted(Path(tmp).glob("*.json"))]
+    table = Table(title="burn-in: NCCL all_reduce bus bandwidth")
+    for column in ("node", "result", "busbw GB/s", "expected", "note"):
+        table.add_column(column)
+    for r in results:
+        style = {"fail": "red", "skip": "yellow"}.get(r.status)
+        busbw = f"{r.busbw_gbps:.1f}" if r.busbw_gbps is not None else "-"
+        table.add_row(
+            r.node, r.status, busbw, f"{r.expected_gbps:.0f}" if r.expected_gbps else "-", r.message, style=style
+        )
+    console.print(table)
+    return results
