@@ -182,7 +182,7 @@ def test_drain_and_resume(lab: Path):
     again = corectl("drain", "e2e-dgx01", "--reason", "e2e maintenance", *args)
     assert runs(lab)[-1]["hosts"]["e2e-head01"]["changed"] == 0, again.stdout  # already drained: no-op
     corectl("resume", "e2e-dgx01", *args)
-    assert state() == "idle|none"
+    assert wait_for(state, lambda s: s == "idle|none", 60) == "idle|none"
     refused = corectl("drain", "e2e-head01", "--reason", "x", *args, check=False)
     assert refused.returncode == 2
     assert "not compute nodes of site labtest: e2e-head01" in refused.stderr
@@ -262,14 +262,14 @@ def test_injected_fault_fails_health_and_drains_the_node(lab: Path, inject: str,
         assert report["nodes"]["e2e-dgx02"]["ok"] is True  # the healthy node stays healthy
         failed = [c["name"] for c in report["nodes"]["e2e-dgx01"]["checks"] if c["status"] == "fail"]
         assert failed[:1] == [check], report["nodes"]["e2e-dgx01"]
-        # Slurm's health check drains it with that reason within one interval (10 s in the lab)
-        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: f"corectl-health: {check}:" in r, 60)
+        # Slurm's health check drains it with that reason within one interval (30 s in the lab)
+        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: f"corectl-health: {check}:" in r, 90)
         assert state.startswith(("drain", "drng")) and f"corectl-health: {check}:" in state, state
-        assert slurm_reason("e2e-dgx02") == "idle|none"
+        assert slurm_reason("e2e-dgx02").startswith("idle")
     finally:
         docker_exec(DGX1, "sh", "-c", clear)
     # cleared: the next health check resumes the node it drained
-    assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 60) == "idle|none"
+    assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
 
 
 def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
@@ -299,7 +299,8 @@ def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
         smi = docker_exec(node, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
         assert smi.split() == ["580.105.08"] * 8
         assert "580.105.08" in docker_exec(node, "nv-fabricmanager", "--version")
-    assert slurm_reason("e2e-dgx01") == "idle|none" and slurm_reason("e2e-dgx02") == "idle|none"
+    for node in ("e2e-dgx01", "e2e-dgx02"):
+        assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 60) == "idle|none"
     # nothing left to do: a second rollout touches no node
     again = corectl("upgrade", "drivers", *args)
     assert all(r["hosts"].get(n, {}).get("changed", 0) == 0 for r in runs(lab)[-2:] for n in ("e2e-dgx01", "e2e-dgx02"))
@@ -344,7 +345,7 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, mon
     assert [slurmd_started(c) for c in existing] == before
     # declared, scheduled, monitored
     assert "e2e-dgx03" in (lab / "cluster.yml").read_text()
-    assert slurm_reason("e2e-dgx03") == "idle|none"
+    assert wait_for(lambda: slurm_reason("e2e-dgx03"), lambda r: r == "idle|none", 60) == "idle|none"
     assert docker_exec(HEAD, "srun", "--nodelist=e2e-dgx03", "hostname").strip() == "e2e-dgx03"
     out = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=3", "hostname")
     assert sorted(out.split()) == ["e2e-dgx01", "e2e-dgx02", "e2e-dgx03"]
@@ -401,7 +402,7 @@ def test_host_key_checking_is_on(lab: Path):
 
 
 def test_ctrl_c_cancels_cleanly(lab: Path):
-    before = len(runs(lab))
+    before = {path.parent for path in (lab / ".runs").glob("*/corectl.json")}
     proc = subprocess.Popen(
         [CORECTL, "provision", "--inventory", str(lab)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -410,6 +411,7 @@ def test_ctrl_c_cancels_cleanly(lab: Path):
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    records = runs(lab)
-    assert len(records) == before + 1
-    assert records[-1]["status"] == "canceled"
+    # exactly one new run record (older ones may have been pruned: 30 are kept)
+    new = [path.parent for path in (lab / ".runs").glob("*/corectl.json") if path.parent not in before]
+    assert len(new) == 1
+    assert json.loads((new[0] / "corectl.json").read_text())["status"] == "canceled"
