@@ -51,6 +51,26 @@ def _service_nodes(cluster: Cluster, exclude: str) -> str:
     return ",".join(sorted(names))
 
 
+def _update_config(site: Site, console: Console, cluster: Cluster, verb: str, name: str) -> None:
+    """Slurm's configuration and Prometheus' targets on the hosts that hold them."""
+    _step(
+        site,
+        console,
+        f"{verb} {name}: Slurm and Prometheus configuration",
+        command=f"{verb} {name} (config)",
+        limit=_service_nodes(cluster, name),
+        tags="slurm,monitoring",
+    )
+
+
+def _update_hosts(site: Site, console: Console, verb: str, name: str, hosts: list[str]) -> None:
+    """Only /etc/hosts on ``hosts`` (they run nothing else)."""
+    _step(
+        site, console, f"{verb} {name}: /etc/hosts on the other nodes", command=f"{verb} {name} (hosts)",
+        limit=",".join(hosts), tags="etc_hosts",
+    )  # fmt: skip
+
+
 def add_node(
     site: Site,
     console: Console,
@@ -78,22 +98,8 @@ def add_node(
     if "compute" not in node.roles:
         raise CorectlError(f"add-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)
     others = [n.name for n in cluster.nodes if n.name != name]
-    _step(
-        site,
-        console,
-        f"add-node {name}: /etc/hosts on the other nodes",
-        command=f"add-node {name} (hosts)",
-        limit=",".join(others),
-        tags="etc_hosts",
-    )
-    _step(
-        site,
-        console,
-        f"add-node {name}: Slurm and Prometheus configuration",
-        command=f"add-node {name} (config)",
-        limit=_service_nodes(cluster, name),
-        tags="slurm,monitoring",
-    )
+    _update_hosts(site, console, "add-node", name, others)
+    _update_config(site, console, cluster, "add-node", name)
     set_state(site, console, name, "drain", ADD_REASON)
     _step(site, console, f"add-node {name}: the node itself", command=f"add-node {name}", limit=name)
     report = health(site, console, limit=name)
@@ -127,21 +133,7 @@ def remove_node(site: Site, console: Console, name: str, *, timeout: int) -> Non
     cluster = edit.remove_node(site, name)
     console.print(f"{site.cluster_file}: {name} removed")
     render_site(site, check_only=False)
-    _step(
-        site,
-        console,
-        f"remove-node {name}: Slurm and Prometheus configuration",
-        command=f"remove-node {name} (config)",
-        limit=_service_nodes(cluster, name),
-        tags="slurm,monitoring",
-    )
+    _update_config(site, console, cluster, "remove-node", name)
     others = hostlist.compress([n.name for n in cluster.nodes])
-    _step(
-        site,
-        console,
-        f"remove-node {name}: /etc/hosts on the other nodes",
-        command=f"remove-node {name} (hosts)",
-        limit=",".join(n.name for n in cluster.nodes),
-        tags="etc_hosts",
-    )
+    _update_hosts(site, console, "remove-node", name, [n.name for n in cluster.nodes])
     console.print(f"{name} removed from Slurm, Prometheus and cluster.yml (remaining: {others})")
