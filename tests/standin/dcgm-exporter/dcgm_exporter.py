@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Stand-in for NVIDIA dcgm-exporter (shipped as the `dcgm-exporter` binary of the release tarball).
 
-Self-contained (stdlib only, no gpusim): every scrape asks nv-hostengine for the GPU state over its JSON line
-protocol and renders the counters listed in the CSV file as Prometheus text.
+Stdlib only; it shares gpusim's host engine client (gpu-sim is on every simulated GPU node): every scrape asks
+nv-hostengine for the GPU state over its JSON line protocol and renders the counters listed in the CSV file
+as Prometheus text. It never reads the description file itself.
 
   dcgm-exporter [-f counters.csv] [-a [HOST]:9400] [-r HOST:PORT] [--hpc-job-mapping-dir DIR] [-c MS]
 """
@@ -10,7 +11,6 @@ protocol and renders the counters listed in the CSV file as Prometheus text.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import socket
@@ -20,18 +20,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+_HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "lib" / "gpu-sim"), "/usr/lib/gpu-sim"]
+import gpusim  # noqa: E402
+
 VERSION = "4.2.3-4.1.3"
 DEFAULT_COUNTERS = "/etc/dcgm-exporter/default-counters.csv"
-THROTTLE_BITS = {
-    "GpuIdle": 0x1,
-    "ApplicationsClocksSetting": 0x2,
-    "SwPowerCap": 0x4,
-    "HwSlowdown": 0x8,
-    "SyncBoost": 0x10,
-    "SwThermalSlowdown": 0x20,
-    "HwThermalSlowdown": 0x40,
-    "HwPowerBrakeSlowdown": 0x80,
-}
 
 log = logging.getLogger("dcgm-exporter")
 
@@ -45,10 +39,7 @@ def _last_xid(gpu: Gpu) -> int:
 
 
 def _throttle(gpu: Gpu) -> int:
-    mask = 0
-    for reason in gpu.get("throttle_reasons", []):
-        mask |= THROTTLE_BITS.get(reason, 0)
-    return mask
+    return gpusim.throttle_mask(gpu.get("throttle_reasons", []))
 
 
 def _nvlink_errors(gpu: Gpu, key: str) -> int:
@@ -111,15 +102,7 @@ def read_counters(path: Path) -> list[tuple[str, str, str]]:
 
 def query_hostengine(endpoint: str) -> State:
     host, _, port = endpoint.rpartition(":")
-    with socket.create_connection((host or "localhost", int(port or 5555)), timeout=5) as sock:
-        sock.sendall(b'{"op": "state"}\n')
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    reply = json.loads(data)
+    reply = gpusim.hostengine_request(host or "localhost", int(port or gpusim.HOSTENGINE_PORT), {"op": "state"})
     if not reply.get("ok"):
         raise RuntimeError(reply.get("error", "host engine error"))
     return reply["state"]

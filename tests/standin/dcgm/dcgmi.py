@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -52,15 +51,7 @@ def _endpoint(host: str | None) -> tuple[str, int]:
 def request(host: str | None, payload: dict[str, Any]) -> dict[str, Any]:
     try:
         name, port = _endpoint(host)
-        with socket.create_connection((name, port), timeout=5) as sock:
-            sock.sendall(json.dumps(payload).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        return json.loads(data)
+        return gpusim.hostengine_request(name, port, payload)
     except (OSError, ValueError) as exc:
         raise ConnectionFailedError(str(exc)) from None
 

@@ -286,6 +286,19 @@ def present_gpus(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [gpu for gpu in state.get("gpus", []) if gpu.get("present", True)]
 
 
+def hostengine_request(host: str, port: int, payload: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+    """One request of nv-hostengine's JSON line protocol (the client side used by dcgmi and dcgm-exporter)."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(json.dumps(payload).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)
+
+
 def throttle_mask(reasons: list[str]) -> int:
     mask = 0
     for reason in reasons:
