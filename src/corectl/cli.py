@@ -261,16 +261,9 @@ def add_node(
 ) -> None:
     """Add a compute node: declare it, update only the hosts that must change, provision and check it, resume it."""
     from corectl.commands.lifecycle import add_node as run_add
+    from corectl.commands.lifecycle import node_entry
 
-    entry = None
-    if address or profile:
-        if not (address and profile):
-            raise CorectlError("add-node: --address and --profile go together", exit_code=2)
-        entry = {"address": address, "profile": profile, "roles": ["compute"]}
-        entry.update({k: v for k, v in (("rack", rack), ("leaf", leaf)) if v})
-        ssh = {k: v for k, v in (("host", ssh_host), ("port", ssh_port)) if v}
-        if ssh:
-            entry["ssh"] = ssh
+    entry = node_entry(address, profile, rack=rack, leaf=leaf, ssh_host=ssh_host, ssh_port=ssh_port)
     login = None
     if bootstrap_user:
         login = _bootstrap_login(bootstrap_user, password_env, None)

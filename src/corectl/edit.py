@@ -39,8 +39,8 @@ def _dump(data: Any) -> str:
     return buffer.getvalue()
 
 
-def _commit(site: Site, text: str) -> Cluster:
-    """Validate ``text`` as the site's cluster.yml, then write it; return the new cluster."""
+def _commit(site: Site, text: str, write: bool = True) -> Cluster:
+    """Validate ``text`` as the site's cluster.yml, then write it (unless not ``write``); return the new cluster."""
     with tempfile.TemporaryDirectory(prefix="corectl-edit-") as tmp:
         (Path(tmp) / "cluster.yml").write_text(text, encoding="utf-8")
         try:
@@ -49,7 +49,8 @@ def _commit(site: Site, text: str) -> Cluster:
             problems = [line.replace(str(Path(tmp) / "cluster.yml"), str(site.cluster_file)) for line in exc.lines]
             heading = "the change would make cluster.yml invalid; nothing was changed:"
             raise ValidationFailed([heading, *problems]) from None
-    write_if_changed(site.cluster_file, text)
+    if write:
+        write_if_changed(site.cluster_file, text)
     return cluster
 
 
@@ -73,8 +74,9 @@ def add_node(site: Site, entry: dict[str, Any], partitions: list[str]) -> Cluste
     return _commit(site, _dump(data))
 
 
-def remove_node(site: Site, name: str) -> Cluster:
-    """Remove a node declared by its own entry, and drop it from every partition."""
+def remove_node(site: Site, name: str, write: bool = True) -> Cluster:
+    """Remove a node declared by its own entry, and drop it from every partition (``write=False``: only
+    check that this is possible and return the cluster it would give)."""
     data = _load(site)
     matches = [i for i, entry in enumerate(data["nodes"]) if str(entry["name"]) == name]
     if not matches:
@@ -85,4 +87,4 @@ def remove_node(site: Site, name: str) -> Cluster:
     for partition in data["slurm"]["partitions"]:
         if name in hostlist.expand(str(partition["nodes"])):
             _partition_nodes(partition, "remove", name)
-    return _commit(site, _dump(data))
+    return _commit(site, _dump(data), write)

@@ -200,3 +200,7 @@ class Cluster(BaseModel):
 
     def with_role(self, role: str) -> list[Node]:
         return [n for n in self.nodes if role in n.roles]
+
+    def with_gpus(self) -> list[Node]:
+        """Nodes whose profile declares GPUs (the inventory group ``gpu``)."""
+        return [n for n in self.nodes if self.config.profiles[n.profile].gpus is not None]

@@ -167,7 +167,7 @@ def inventory(cluster: Cluster) -> dict[str, Any]:
         if members:
             children[role] = {"hosts": {name: None for name in members}}
     # GPU nodes (driver, DCGM, dcgm-exporter): every node whose profile declares GPUs
-    gpu_nodes = [n.name for n in cluster.nodes if cluster.config.profiles[n.profile].gpus is not None]
+    gpu_nodes = [n.name for n in cluster.with_gpus()]
     if gpu_nodes:
         children["gpu"] = {"hosts": {name: None for name in gpu_nodes}}
     for profile in sorted(cluster.config.profiles):

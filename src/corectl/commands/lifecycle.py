@@ -71,6 +71,28 @@ def _update_hosts(site: Site, console: Console, verb: str, name: str, hosts: lis
     )  # fmt: skip
 
 
+def node_entry(
+    address: str | None,
+    profile: str | None,
+    *,
+    rack: str | None = None,
+    leaf: str | None = None,
+    ssh_host: str | None = None,
+    ssh_port: int | None = None,
+) -> dict[str, Any] | None:
+    """The cluster.yml entry for a compute node from add-node's options (None: already declared)."""
+    if not (address or profile):
+        return None
+    if not (address and profile):
+        raise CorectlError("add-node: --address and --profile go together", exit_code=2)
+    entry: dict[str, Any] = {"address": address, "profile": profile, "roles": ["compute"]}
+    entry.update({k: v for k, v in (("rack", rack), ("leaf", leaf)) if v})
+    ssh = {k: v for k, v in (("host", ssh_host), ("port", ssh_port)) if v}
+    if ssh:
+        entry["ssh"] = ssh
+    return entry
+
+
 def add_node(
     site: Site,
     console: Console,
@@ -118,6 +140,7 @@ def remove_node(site: Site, console: Console, name: str, *, timeout: int) -> Non
         raise CorectlError(f"{name} is not a node of site {site.name}", exit_code=2) from None
     if "compute" not in node.roles:
         raise CorectlError(f"remove-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)
+    edit.remove_node(site, name, write=False)  # refuse before draining anything
     secrets.check(site)
     controller = cluster.with_role("slurm_controller")[0].name
     _step(

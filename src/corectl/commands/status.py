@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from corectl import hostlist
 from corectl.errors import CorectlError
 from corectl.runner import RunRequest, run_playbook
 from corectl.site import Site
@@ -29,7 +30,10 @@ class SlurmStatus:
 
 def parse_status(data: dict) -> SlurmStatus:
     states = {row[0]: (row[1], row[2] if len(row) > 2 else "") for row in data.get("nodes", []) if row}
-    jobs = {str(job): list(nodes) for job, nodes in data.get("jobs", [])}
+    # a job's nodes: Slurm's host list ("dgx[01-04]"), or already a list of names
+    jobs: dict[str, list[str]] = {}
+    for job, nodes in data.get("jobs", []):
+        jobs[str(job)] = hostlist.expand(nodes) if isinstance(nodes, str) else list(nodes)
     return SlurmStatus(states=states, jobs=jobs)
 
 

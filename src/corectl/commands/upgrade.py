@@ -14,14 +14,9 @@ from corectl import hostlist, secrets
 from corectl.commands.inventory import render_site
 from corectl.commands.status import read_slurm_status
 from corectl.errors import CorectlError
-from corectl.model import Cluster
 from corectl.progress import LiveProgress, summary_table
 from corectl.runner import RunRequest, RunResult, run_playbook
 from corectl.site import Site
-
-
-def gpu_nodes(cluster: Cluster) -> list[str]:
-    return [n.name for n in cluster.nodes if cluster.config.profiles[n.profile].gpus is not None]
 
 
 def rollout_order(nodes: list[str], busy: set[str]) -> list[str]:
@@ -39,8 +34,7 @@ def upgrade_drivers(
     if batch < 1:
         raise CorectlError("--batch must be at least 1", exit_code=2)
     cluster, _ = render_site(site, check_only=False)
-    secrets.check(site)
-    nodes = gpu_nodes(cluster)
+    nodes = [n.name for n in cluster.with_gpus()]
     if limit:
         try:
             wanted = set(hostlist.expand(limit))
@@ -52,6 +46,7 @@ def upgrade_drivers(
         nodes = [n for n in nodes if n in wanted]
     if not nodes:
         raise CorectlError(f"site {site.name} has no GPU nodes", exit_code=2)
+    secrets.check(site)
     status = read_slurm_status(site, console)
     order = rollout_order(nodes, status.busy_nodes())
     results: list[RunResult] = []

@@ -13,6 +13,10 @@ from corectl.errors import CorectlError
 DOCKERD_LOG = Path("/var/log/corectl-dockerd.log")
 
 
+# Every container and network a lab (or a test fixture) starts carries LABEL=<site or owner>.
+LABEL = "corectl.lab"
+
+
 def docker(*args: str, check: bool = True, input_bytes: bytes | None = None) -> str:
     """Run ``docker ARGS`` and return stdout; raise a one-line CorectlError on failure."""
     proc = subprocess.run(["docker", *args], input=input_bytes, capture_output=True, check=False)

@@ -18,7 +18,7 @@ from corectl import hostlist
 from corectl.errors import CorectlError
 from corectl.files import write_if_changed
 from corectl.lab import repo
-from corectl.lab.docker import docker, ensure_engine
+from corectl.lab.docker import LABEL, docker, ensure_engine
 from corectl.lab.image import ensure_image
 from corectl.site import Site
 
@@ -35,7 +35,6 @@ NODE_FLAGS: tuple[str, ...] = (
     "--tmpfs=/run/lock",
     "--device=/dev/fuse",  # ceph-fuse (no kernel ceph module here)
 )
-LABEL = "corectl.lab"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 

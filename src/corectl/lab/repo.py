@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 
 from corectl.errors import CorectlError
-from corectl.lab.docker import docker, ensure_engine
+from corectl.lab.docker import LABEL, docker, ensure_engine
 from corectl.lab.image import ensure_image
 from corectl.site import project_root
 
 PORT = 8080
-LABEL = "corectl.lab"
 
 
 def build_dir() -> Path:
