@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 PYTHON ?= python3
-MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+MOLECULE_SCENARIOS ?=
 
 .PHONY: setup lab lab-down test lint pytest molecule image
 
@@ -24,28 +24,22 @@ lab: setup
 lab-down: setup
 	corectl lab down --inventory lab
 
-# Every test: linters, pytest (unit + end-to-end on a stand-in lab), molecule per role.
-test: lint pytest molecule
+# Every test: linters, pytest (unit + end-to-end on a stand-in lab), molecule per role; stages
+# run side by side where they do not compete (tests/stages.py) and end with a time table.
+test: setup
+	python tests/stages.py all
 
 lint: setup
-	ruff check src tests bench
-	ruff format --check src tests bench
-	ansible-lint
+	python tests/stages.py lint
 
 image: setup
 	corectl lab image
 
-pytest: image
-	pytest -ra
+pytest: setup
+	python tests/stages.py unit
+	python tests/stages.py lab
 
-# Each scenario's output is kept in build/; strings listed in molecule/<s>/secret-patterns
-# (test-only secrets) must not appear in it.
-molecule: image
-	@set -e; mkdir -p build; image=$$(corectl lab image); for s in $(MOLECULE_SCENARIOS); do \
-	  echo "=== molecule test -s $$s"; \
-	  CORECTL_NODE_IMAGE=$$image molecule test -s $$s 2>&1 | tee build/molecule-$$s.log; \
-	  if [ $${PIPESTATUS[0]} -ne 0 ]; then echo "=== molecule scenario $$s failed; the failing tasks:"; \
-	    grep -aE -A12 'fatal: |failed: \[|FAILED!|ERROR!' build/molecule-$$s.log | tail -80; exit 1; fi; \
-	  if [ -f molecule/$$s/secret-patterns ] && grep -aFf molecule/$$s/secret-patterns build/molecule-$$s.log; then \
-	    echo "=== molecule scenario $$s: a secret appeared in the output"; exit 1; fi; \
-	  echo "=== molecule scenario $$s: passed"; done
+# Each scenario's output is kept in build/molecule-<s>.log; strings listed in
+# molecule/<s>/secret-patterns (test-only secrets) must not appear in it.
+molecule: setup
+	python tests/stages.py molecule $(MOLECULE_SCENARIOS)

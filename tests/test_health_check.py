@@ -19,8 +19,6 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from corectl.commands import health
-
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standin"
 CHECKER = ROOT / "roles" / "node_health" / "files" / "corectl-health-check"
@@ -32,8 +30,12 @@ TOOLS = {
     "nv-hostengine": "dcgm/nv_hostengine.py",
 }
 DRIVER = "580.95.05"
-# the checker reports in the order corectl health lays out its columns (less its own two)
-CHECK_ORDER = [name for name in health.CHECK_ORDER if name not in ("reachable", "checker")]
+# the checker reports its checks in this order: most specific first, so a lost GPU is named as
+# gpu-count and not as the NVLink or fabric errors that follow from it (docs/roles.md)
+CHECK_ORDER = [
+    "driver-version", "gpu-count", "fm-version", "fabricmanager", "fabric", "persistence", "ecc", "nvlink",
+    "temperature", "throttle", "xid", "ib", "mounts", "services", "clock", "dcgm-diag",
+]  # fmt: skip
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 # systemctl is-active UNIT...: the state of each unit is the content of $HEALTH_UNITS/<unit> (default inactive)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ T = TypeVar("T")
 CORECTL = str(Path(sys.executable).parent / "corectl")
 SUBNET = "172.29.210.0/24"
 PORT_BASE = 22300
+HEAD, DGX1, DGX2 = (f"corectl-labtest-e2e-{n}" for n in ("head01", "dgx01", "dgx02"))
 
 
 def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess[str]:
@@ -39,6 +41,15 @@ def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.Co
 
 def docker_exec(container: str, *argv: str) -> str:
     return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=True).stdout
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The body rows of the rich tables in ``text``, each as its stripped cells."""
+    rows = []
+    for line in text.splitlines():
+        if line.count("\u2502") >= 2:  # a row: │ cell │ cell │
+            rows.append([cell.strip() for cell in line.split("\u2502")[1:-1]])
+    return rows
 
 
 def runs(site: Path) -> list[dict]:
@@ -130,6 +141,74 @@ def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
         assert not any(needle in data for needle in needles), path
 
 
+def ssh_as_alice(lab: Path, port: int, command: str) -> subprocess.CompletedProcess[str]:
+    """alice's own SSH login (her key is declared in the lab's cluster.yml) from this machine."""
+    argv = [
+        "ssh", "-i", str(lab / ".lab" / "alice_ed25519"), "-p", str(port),
+        "-o", f"UserKnownHostsFile={lab / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
+        "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "alice@127.0.0.1", command,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_pam_slurm_adopt_lets_users_only_onto_nodes_with_their_jobs(lab: Path):
+    # the login node lets her in; a compute node where she has no job refuses her
+    assert ssh_as_alice(lab, PORT_BASE, "id -un").stdout == "alice\n"
+    denied = ssh_as_alice(lab, PORT_BASE + 1, "id -un")
+    assert denied.returncode == 255 and denied.stdout == ""
+    assert "Access denied by pam_slurm_adopt: you have no active jobs on this node" in denied.stderr
+    # with a job there, her session is adopted into the job's cgroup
+    job = docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx01", "--chdir=/tmp",
+        "--output=/dev/null", "--wrap", "sleep 600",
+    ).strip()  # fmt: skip
+    try:
+        running = wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T").strip(),
+                           lambda s: s == "RUNNING", 60)  # fmt: skip
+        assert running == "RUNNING"
+        adopted = ssh_as_alice(lab, PORT_BASE + 1, "cat /proc/self/cgroup")
+        assert adopted.returncode == 0, adopted.stderr
+        assert f"/job_{job}/step_extern" in adopted.stdout, adopted.stdout
+    finally:
+        docker_exec(HEAD, "scancel", job)
+    # the job is gone: so is her way in
+    assert wait_for(lambda: ssh_as_alice(lab, PORT_BASE + 1, "true").returncode, lambda rc: rc == 255, 60) == 255
+
+
+# A second munged on dgx01 with a key of its own: what a node with a wrong munge key would send.
+WRONG_MUNGE = (
+    "set -e; d=/run/e2e-wrong-munge; install -d -o munge -g munge -m 0700 $d; "
+    "dd if=/dev/urandom of=$d/key bs=1024 count=1 2>/dev/null; chown munge:munge $d/key; chmod 0400 $d/key; "
+    "runuser -u munge -- munged --force --key-file=$d/key --socket=$d/socket --pid-file=$d/pid "
+    "--log-file=$d/log --seed-file=$d/seed; munge --socket=$d/socket --no-input; kill $(cat $d/pid)"
+)
+
+
+def test_munge_refuses_a_credential_made_with_another_key(lab: Path):
+    def unmunge_on_head(credential: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["docker", "exec", "-i", HEAD, "unmunge"], input=credential,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+
+    good = unmunge_on_head(docker_exec(DGX1, "munge", "--no-input"))  # the site's key on both nodes
+    assert good.returncode == 0 and "STATUS:          Success (0)" in good.stdout, good.stdout + good.stderr
+    bad = unmunge_on_head(docker_exec(DGX1, "sh", "-c", WRONG_MUNGE))
+    assert bad.returncode != 0
+    assert "Invalid credential" in bad.stderr, bad.stdout + bad.stderr
+
+
+def test_plan_names_a_real_pending_change(lab: Path):
+    limits = "/etc/security/limits.d/90-corectl.conf"
+    docker_exec(DGX1, "mv", limits, "/root/90-corectl.conf")
+    try:
+        plan = corectl("plan", "--inventory", str(lab), "--limit", "e2e-dgx01", "--tags", "base")
+        missing = subprocess.run(["docker", "exec", DGX1, "test", "-e", limits], check=False).returncode
+    finally:
+        docker_exec(DGX1, "mv", "/root/90-corectl.conf", limits)
+    plan_rows = [row for row in table_rows(plan.stdout) if len(row) == 2]  # host | tasks that would change
+    assert plan_rows == [["e2e-dgx01", "base: Write resource limits"]], plan.stdout
+    assert missing == 1  # a plan is a dry run: the file is still missing after it
+
+
 def prometheus(head: str, path: str) -> dict:
     code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9090{path}').read().decode())"
     return json.loads(docker_exec(head, "python3", "-c", code))
@@ -198,9 +277,6 @@ def test_cephfs_is_shared_between_nodes(lab: Path):
     assert docker_exec(dgx, "cat", "/shared/e2e-file").strip() == "from-head"
 
 
-DGX1, HEAD = "corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-head01"
-
-
 def slurm_reason(node: str) -> str:
     return docker_exec(HEAD, "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%t|%E").strip()
 
@@ -226,8 +302,9 @@ def test_health_passes_on_every_compute_node(lab: Path):
     for node in report["nodes"].values():
         passed = {c["name"] for c in node["checks"] if c["status"] == "pass"}
         assert {"gpu-count", "driver-version", "fm-version", "fabric", "ecc", "xid", "nvlink", "ib", "mounts"} <= passed
-    table = corectl("status", "--inventory", str(lab)).stdout
-    assert "e2e-dgx01" in table and "ok " in table
+    rows = table_rows(corectl("status", "--inventory", str(lab)).stdout)
+    assert [row[:4] for row in rows] == [["e2e-dgx01", "idle", "", ""], ["e2e-dgx02", "idle", "", ""]]
+    assert all(re.fullmatch(r"ok \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", row[4]) for row in rows), rows
 
 
 def test_burn_in_says_why_it_is_skipped(lab: Path):
@@ -235,86 +312,210 @@ def test_burn_in_says_why_it_is_skipped(lab: Path):
     assert result.stdout.count("all_reduce_perf is not installed") == 2, result.stdout
 
 
-# (fault injected on dgx01, how to clear it, the check that must name it)
-FAULTS = [
-    ("gpu-sim fault lost-gpu --gpu 3", "gpu-sim clear", "gpu-count"),
-    ("gpu-sim fault ecc --gpu 1", "gpu-sim clear", "ecc"),
-    ("gpu-sim fault xid --gpu 2", "gpu-sim clear", "xid"),
-    ("gpu-sim fault nvlink-down --gpu 0", "gpu-sim clear", "nvlink"),
-    ("systemctl stop nvidia-fabricmanager", "systemctl start nvidia-fabricmanager", "fabricmanager"),
-    (
+HEALTH_HOOK = "/usr/local/sbin/corectl-node-health"  # Slurm's HealthCheckProgram on every compute node
+SHARED_CLEAR = "gpu-sim clear"
+
+# (fault injected, how to clear it, the check that must name it)
+FAULTS = {
+    "gpu-count": ("gpu-sim fault lost-gpu --gpu 3", SHARED_CLEAR),
+    "ecc": ("gpu-sim fault ecc --gpu 1", SHARED_CLEAR),
+    "xid": ("gpu-sim fault xid --gpu 2", SHARED_CLEAR),
+    "nvlink": ("gpu-sim fault nvlink-down --gpu 0", SHARED_CLEAR),
+    "fabricmanager": ("systemctl stop nvidia-fabricmanager", "systemctl start nvidia-fabricmanager"),
+    "fm-version": (
         "cp /usr/lib/gpu-sim/fm-version /root/fm-version && echo 580.82.07 > /usr/lib/gpu-sim/fm-version",
         "cp /root/fm-version /usr/lib/gpu-sim/fm-version",
-        "fm-version",
     ),
-    ("gpu-sim fault hot --gpu 4", "gpu-sim clear", "temperature"),
-    ("gpu-sim fault ib-down", "gpu-sim clear", "ib"),
-    ("umount /shared", "mount /shared", "mounts"),
-]
+    "temperature": ("gpu-sim fault hot --gpu 4", SHARED_CLEAR),
+    "ib": ("gpu-sim fault ib-down", SHARED_CLEAR),
+    "mounts": ("umount /shared", "mount /shared"),
+}
+# Each round injects one fault on each compute node at once; fabricmanager is the case that waits
+# for Slurm's own HealthCheckInterval (test_slurm_health_interval_drains_and_resumes).
+ROUNDS = [("gpu-count", "ecc"), ("xid", "nvlink"), ("fm-version", "temperature"), ("ib", "mounts")]
 
 
-@pytest.mark.parametrize(("inject", "clear", "check"), FAULTS, ids=[f[2] for f in FAULTS])
-def test_injected_fault_fails_health_and_drains_the_node(lab: Path, inject: str, clear: str, check: str):
+def failed_checks(report: dict, node: str) -> list[str]:
+    return [c["name"] for c in report["nodes"][node]["checks"] if c["status"] == "fail"]
+
+
+def run_hook(container: str) -> int:
+    """What slurmd runs every HealthCheckInterval, run now (same program, same node)."""
+    return subprocess.run(["docker", "exec", container, HEALTH_HOOK], capture_output=True, check=False).returncode
+
+
+@pytest.mark.parametrize("pair", ROUNDS, ids=["+".join(r) for r in ROUNDS])
+def test_injected_faults_fail_health_and_drain_the_node(lab: Path, pair: tuple[str, str]):
+    placed = dict(zip(("e2e-dgx01", "e2e-dgx02"), pair, strict=True))
+    containers_of = {"e2e-dgx01": DGX1, "e2e-dgx02": DGX2}
+    for node, check in placed.items():
+        docker_exec(containers_of[node], "sh", "-c", FAULTS[check][0])
+    try:
+        rc, report = health_report(lab)
+        assert rc == 1
+        for node, check in placed.items():
+            assert report["nodes"][node]["ok"] is False
+            assert failed_checks(report, node)[:1] == [check], report["nodes"][node]
+        # Slurm's health program drains each node with the failing check as the reason
+        assert [run_hook(containers_of[node]) for node in placed] == [1, 1]
+        for node, check in placed.items():
+            state, reason = slurm_reason(node).split("|", 1)
+            assert state == "drain", (node, state, reason)
+            assert reason.startswith(f"corectl-health: {check}: "), (node, reason)
+    finally:
+        for node, check in placed.items():
+            docker_exec(containers_of[node], "sh", "-c", FAULTS[check][1])
+    # cleared: the next run of the health program resumes the nodes it drained
+    assert [run_hook(containers_of[node]) for node in placed] == [0, 0]
+    assert [slurm_reason(node) for node in placed] == ["idle|none", "idle|none"]
+
+
+def test_slurm_health_interval_drains_and_resumes(lab: Path):
+    """The one case that waits for slurmd's own HealthCheckInterval (30 s in the lab), both ways."""
+    inject, clear = FAULTS["fabricmanager"]
     docker_exec(DGX1, "sh", "-c", inject)
     try:
         rc, report = health_report(lab)
         assert rc == 1
         assert report["nodes"]["e2e-dgx02"]["ok"] is True  # the healthy node stays healthy
-        failed = [c["name"] for c in report["nodes"]["e2e-dgx01"]["checks"] if c["status"] == "fail"]
-        assert failed[:1] == [check], report["nodes"]["e2e-dgx01"]
-        # Slurm's health check drains it with that reason within one interval (30 s in the lab)
-        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: f"corectl-health: {check}:" in r, 90)
-        assert state.startswith(("drain", "drng")) and f"corectl-health: {check}:" in state, state
-        assert slurm_reason("e2e-dgx02").startswith("idle")
+        assert failed_checks(report, "e2e-dgx01")[:1] == ["fabricmanager"]
+        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r.startswith("drain|corectl-health: "), 90)
+        assert state.startswith("drain|corectl-health: fabricmanager: "), state
+        assert slurm_reason("e2e-dgx02") == "idle|none"
     finally:
         docker_exec(DGX1, "sh", "-c", clear)
-    # cleared: the next health check resumes the node it drained
     assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+
+
+# A job that runs until Slurm drains its node, then prints the drain reason it saw and ends: it
+# proves a command waited for it (it cannot end before the drain) without guessing durations.
+GATED_JOB = (
+    'until scontrol show node "$SLURMD_NODENAME" | grep -q "State=[A-Z+]*DRAIN"; do sleep 1; done; '
+    'scontrol show node "$SLURMD_NODENAME" | sed -n "s/^ *Reason=//p"'
+)
+
+
+def submit_gated_job(node: str, *, user: str = "alice", then: str = "") -> str:
+    """Submit GATED_JOB (followed by ``then``) as ``user`` to ``node``; return its id once it runs."""
+    job = docker_exec(
+        HEAD, "runuser", "-u", user, "--", "sbatch", "--parsable", f"--nodelist={node}", "--chdir=/tmp",
+        "--output=/tmp/e2e-gated-%j.out", "--wrap", f"{GATED_JOB}; {then}" if then else GATED_JOB,
+    ).strip()  # fmt: skip
+    state = wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T").strip(),
+                     lambda s: s == "RUNNING", 60)  # fmt: skip
+    assert state == "RUNNING", state
+    return job
+
+
+def job_end(job: str) -> tuple[str, str, int]:
+    """(state, exit code, end time; 0 while it runs) of a job, from Slurm's accounting."""
+    sacct = docker_exec(HEAD, "sh", "-c", f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o State,ExitCode,End")
+    state, exit_code, end = sacct.strip().split("|")
+    return state, exit_code, int(end) if end.isdigit() else 0
+
+
+def driver_versions(container: str) -> list[str]:
+    return docker_exec(container, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").split()
 
 
 def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
     args = ["--inventory", str(lab)]
-    job = docker_exec(
-        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx02", "--chdir=/tmp",
-        "--wrap", "sleep 75",
-    ).strip()  # fmt: skip
-    wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T").strip(),
-             lambda s: s == "RUNNING", 60)  # fmt: skip
     group_vars = lab / "group_vars" / "all.yml"
     group_vars.write_text(group_vars.read_text() + 'nvidia_driver_version: "580.105.08"\n')
     # provision never replaces a running driver
     refused = corectl("provision", *args, "--tags", "gpu", check=False)
     assert refused.returncode == 1
-    upgrade = corectl("upgrade", "drivers", *args, "--batch", "1", "--timeout", "300")
-    assert "batch 1/2: e2e-dgx01" in upgrade.stdout and "batch 2/2: e2e-dgx02" in upgrade.stdout
+
+    # --limit, on a node an operator drained: upgraded, and it keeps the operator's drain
+    corectl("drain", "e2e-dgx01", "--reason", "e2e DIMM swap", *args)
+    limited = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx01")
+    assert re.findall(r"batch \d+/\d+: \S+", limited.stdout) == ["batch 1/1: e2e-dgx01"]
+    assert set(runs(lab)[-1]["hosts"]) == {"e2e-dgx01", "e2e-head01"}  # head01: Slurm commands delegated there
+    assert driver_versions(DGX1) == ["580.105.08"] * 8
+    assert driver_versions(DGX2) == ["580.95.05"] * 8  # outside --limit: untouched
+    assert slurm_reason("e2e-dgx01").split("|") == ["drain", "e2e DIMM swap"]
+    corectl("resume", "e2e-dgx01", *args)
+
+    # a busy node that fails its checks after the upgrade: its batch waits for the job, then the
+    # node fails its checks and the rollout stops with the node drained. The job (root's) breaks an
+    # IB port once it sees the upgrade's drain, so the fault cannot drain the node any earlier.
+    inject, clear = FAULTS["ib"]
+    job = submit_gated_job("e2e-dgx02", user="root", then=inject)
+    upgrade = ["upgrade", "drivers", *args, "--batch", "1", "--timeout", "300"]
+    proc = subprocess.Popen([CORECTL, *upgrade], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # while the upgrade runs, no add-node: refused at once, cluster.yml untouched
+        holder = wait_for(lambda: lock_holder(lab), lambda h: h.get("command") == " ".join(upgrade), 60)
+        assert holder["pid"] == proc.pid
+        files = site_files(lab)
+        node = ["e2e-dgx09", "--address", "172.29.210.19", "--profile", "dgx-standin", "--leaf", "leaf1"]
+        refused = corectl("add-node", *node, *args, check=False)
+        assert refused.returncode == 75
+        assert refused.stderr.startswith(f"error: site labtest is busy: `corectl {' '.join(upgrade)}` by root@")
+        assert site_files(lab) == files
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+        docker_exec(DGX2, "sh", "-c", clear)
+    failed = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    # dgx01 (idle, already upgraded) goes first and has nothing to do
+    assert re.findall(r"batch \d+/\d+: \S+", failed.stdout) == ["batch 1/2: e2e-dgx01", "batch 2/2: e2e-dgx02"]
+    assert "error: upgrade drivers stopped at batch 2 (e2e-dgx02)" in failed.stderr
     upgrades = [r for r in runs(lab) if r["command"].startswith("upgrade drivers")]
     assert [r["command"] for r in upgrades[-2:]] == ["upgrade drivers e2e-dgx01", "upgrade drivers e2e-dgx02"]
-    # the busy node's batch waited for the job: the job ended while that batch ran, and completed
-    sacct = docker_exec(HEAD, "sh", "-c", f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o State,ExitCode,End")
-    state, exit_code, end = sacct.strip().split("|")
+    assert upgrades[-2]["hosts"]["e2e-dgx01"]["changed"] == 0
+    assert upgrades[-1]["hosts"]["e2e-dgx02"]["failed"] == 1
+    state, exit_code, end = job_end(job)
     assert (state, exit_code) == ("COMPLETED", "0:0")
     started = datetime.fromisoformat(upgrades[-1]["started"]).timestamp()
-    assert started < int(end) < started + upgrades[-1]["elapsed_s"] + 5
-    for node in ("corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"):
-        smi = docker_exec(node, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
-        assert smi.split() == ["580.105.08"] * 8
+    assert started <= end <= started + upgrades[-1]["elapsed_s"] + 5
+    seen = docker_exec(DGX2, "cat", f"/tmp/e2e-gated-{job}.out")
+    assert seen.startswith("corectl upgrade drivers 580.105.08 "), seen
+    assert slurm_reason("e2e-dgx02").split("|") == ["drain", "corectl upgrade drivers 580.105.08"]
+    for node in (DGX1, DGX2):
+        assert driver_versions(node) == ["580.105.08"] * 8
         assert "580.105.08" in docker_exec(node, "nv-fabricmanager", "--version")
+
+    # the operator resumes the checked node; nothing is left to do: a second rollout changes nothing
+    corectl("resume", "e2e-dgx02", *args)
     for node in ("e2e-dgx01", "e2e-dgx02"):
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 60) == "idle|none"
-    # nothing left to do: a second rollout touches no node
-    again = corectl("upgrade", "drivers", *args)
-    assert all(r["hosts"].get(n, {}).get("changed", 0) == 0 for r in runs(lab)[-2:] for n in ("e2e-dgx01", "e2e-dgx02"))
-    assert "batch" in again.stdout
+    again = corectl("upgrade", "drivers", *args, "--batch", "2")
+    assert re.findall(r"batch \d+/\d+: \S+", again.stdout) == ["batch 1/1: e2e-dgx[01-02]"]
+    record = runs(lab)[-1]
+    assert {n: record["hosts"][n]["changed"] for n in ("e2e-dgx01", "e2e-dgx02")} == {"e2e-dgx01": 0, "e2e-dgx02": 0}
 
 
 def slurmd_started(container: str) -> str:
     return docker_exec(container, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", "slurmd")
 
 
+# A small job on dgx01 that lives through add-node and remove-node of dgx03: it waits until dgx03
+# joins Slurm, then until it has left, and ends with exit 0 (the restarts in between keep it).
+THROUGH_JOB = (
+    "until sinfo -h -N -n e2e-dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done; "
+    "until ! sinfo -h -N -n e2e-dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done"
+)
+LIFECYCLE: dict[str, str] = {}  # the job id, from the add-node test to the remove-node test
+
+
+def assert_provision_changes_nothing(lab: Path, hosts: set[str]) -> None:
+    result = corectl("provision", "--inventory", str(lab))
+    record = runs(lab)[-1]
+    assert record["command"] == "provision" and set(record["hosts"]) == hosts
+    changed = {host: stats["changed"] for host, stats in record["hosts"].items() if stats["changed"]}
+    assert changed == {}, (changed, result.stdout)
+
+
 def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, monkeypatch: pytest.MonkeyPatch):
     args = ["--inventory", str(lab)]
     existing = ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"]
     before = [slurmd_started(c) for c in existing]
+    LIFECYCLE["job"] = docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx01", "--ntasks=1",
+        "--mem=64", "--time=30", "--chdir=/tmp", "--output=/dev/null", "--wrap", THROUGH_JOB,
+    ).strip()  # fmt: skip
     # a fresh machine: no corectl key, host key unknown, an admin user with a password and sudo
     started = corectl("lab", "add", *args, "--bare").stdout
     assert "e2e-dgx03" in started and f"127.0.0.1:{PORT_BASE + 3}" in started
@@ -329,25 +530,32 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, mon
     assert endpoint in (lab / "known_hosts").read_text()
     # bootstrap again, now with corectl's key: everything is already there
     again = corectl("bootstrap", *args, "e2e-dgx03", "--key", str(lab / ".lab" / "id_ed25519"), "--yes").stdout
-    assert "known" in again and "installed" not in again
+    [row] = table_rows(again)
+    assert row[0] == "e2e-dgx03" and row[1].startswith("ssh-ed25519 SHA256:")
+    assert row[2:] == ["known", "present", "present"]  # host key recorded, corectl key and python3 there
     records = [r for r in runs(lab) if r["command"].startswith("add-node e2e-dgx03")]
     assert [r["command"] for r in records] == [
         "add-node e2e-dgx03 (hosts)",
         "add-node e2e-dgx03 (config)",
+        "add-node e2e-dgx03 (slurmd)",
         "add-node e2e-dgx03",
     ]
-    hosts_run, config_run, node_run = records
-    # the existing compute nodes: /etc/hosts only, and their slurmd was not restarted
+    hosts_run, config_run, slurmd_run, node_run = records
+    # the existing compute nodes: /etc/hosts, then slurmd restarted with the new node list
+    # (Slurm 22.05 needs it for a node definition change); their running job went on
     assert hosts_run["tags"] == "etc_hosts"
     assert {n: hosts_run["hosts"][n]["changed"] for n in ("e2e-dgx01", "e2e-dgx02")} == {"e2e-dgx01": 1, "e2e-dgx02": 1}
     assert set(config_run["hosts"]) == {"e2e-head01"}
+    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {"e2e-dgx01": 2, "e2e-dgx02": 2}
     assert set(node_run["hosts"]) == {"e2e-dgx03"}
-    assert [slurmd_started(c) for c in existing] == before
+    assert all(now != then for now, then in zip([slurmd_started(c) for c in existing], before, strict=True))
+    state = docker_exec(HEAD, "squeue", "--noheader", "--job", LIFECYCLE["job"], "--format", "%T").strip()
+    assert state == "RUNNING"
     # declared, scheduled, monitored
     assert "e2e-dgx03" in (lab / "cluster.yml").read_text()
     assert wait_for(lambda: slurm_reason("e2e-dgx03"), lambda r: r == "idle|none", 60) == "idle|none"
     assert docker_exec(HEAD, "srun", "--nodelist=e2e-dgx03", "hostname").strip() == "e2e-dgx03"
-    out = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=3", "hostname")
+    out = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=3", "--mem=64", "hostname")
     assert sorted(out.split()) == ["e2e-dgx01", "e2e-dgx02", "e2e-dgx03"]
 
     def gpu_targets_up() -> set[str]:
@@ -356,10 +564,20 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, mon
 
     all_three = {"e2e-dgx01", "e2e-dgx02", "e2e-dgx03"}
     assert wait_for(gpu_targets_up, lambda nodes: nodes == all_three, 90) == all_three
+    # add-node left nothing for the next run
+    assert_provision_changes_nothing(lab, {"e2e-head01", *all_three})
 
 
-def test_remove_node_leaves_slurm_prometheus_and_cluster_yml_consistent(lab: Path):
+def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_consistent(lab: Path):
+    job = submit_gated_job("e2e-dgx03")  # runs until remove-node drains the node
     corectl("remove-node", "e2e-dgx03", "--inventory", str(lab))
+    drain_run = next(r for r in reversed(runs(lab)) if r["command"] == "remove-node e2e-dgx03 (drain)")
+    state, exit_code, end = job_end(job)
+    assert (state, exit_code) == ("COMPLETED", "0:0")
+    started = datetime.fromisoformat(drain_run["started"]).timestamp()
+    assert started <= end <= started + drain_run["elapsed_s"] + 5  # the drain step waited for the job
+    seen = docker_exec("corectl-labtest-e2e-dgx03", "cat", f"/tmp/e2e-gated-{job}.out")
+    assert seen.startswith("corectl remove-node "), seen
     nodes = docker_exec(HEAD, "sinfo", "--noheader", "--Node", "--format", "%N").split()
     assert sorted(set(nodes)) == ["e2e-dgx01", "e2e-dgx02"]
     assert "e2e-dgx03" not in (lab / "cluster.yml").read_text()
@@ -370,6 +588,14 @@ def test_remove_node_leaves_slurm_prometheus_and_cluster_yml_consistent(lab: Pat
 
     assert "e2e-dgx03" not in wait_for(monitored, lambda nodes: "e2e-dgx03" not in nodes, 60)
     assert "e2e-dgx03" not in docker_exec(HEAD, "cat", "/etc/hosts")
+    # the remaining compute nodes' slurmd was restarted with the new node list ...
+    slurmd_run = next(r for r in reversed(runs(lab)) if r["command"] == "remove-node e2e-dgx03 (slurmd)")
+    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {"e2e-dgx01": 2, "e2e-dgx02": 2}
+    # ... and the job that ran on dgx01 through add-node and remove-node completed
+    through = wait_for(lambda: job_end(LIFECYCLE["job"]), lambda end: end[0] != "RUNNING", 60)
+    assert through[:2] == ("COMPLETED", "0:0"), through
+    # remove-node left nothing for the next run
+    assert_provision_changes_nothing(lab, {"e2e-head01", "e2e-dgx01", "e2e-dgx02"})
 
 
 def test_limit_check_and_diff_pass_through(lab: Path):
@@ -397,21 +623,82 @@ def test_host_key_checking_is_on(lab: Path):
     finally:
         known.write_text(original)
     assert result.returncode == 1
-    assert "provision failed: e2e-dgx01" in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line == (
+        f"error: provision failed (unreachable: e2e-dgx01); "
+        f"retry just those: corectl provision --inventory {lab} --limit e2e-dgx01"
+    )
+    unreachable = [ln for ln in result.stdout.splitlines() if ln.startswith("unreachable e2e-dgx01: ")]
+    assert len(unreachable) == 1 and "Host key verification failed" in unreachable[0], result.stdout
     assert runs(lab)[-1]["hosts"]["e2e-dgx01"]["unreachable"] == 1
 
 
-def test_ctrl_c_cancels_cleanly(lab: Path):
+def lock_holder(site: Path) -> dict:
+    """The holder named in the site's lock file ({} while nobody holds it)."""
+    text = (site / ".lock").read_text() if (site / ".lock").exists() else ""
+    return json.loads(text) if text.strip() else {}
+
+
+def hosts_reached(run_dir: Path) -> set[str]:
+    """Hosts with a task result so far in a run's live events."""
+    hosts = set()
+    for path in (run_dir / "job_events").glob("*.json"):
+        try:
+            event = json.loads(path.read_text())
+        except (OSError, ValueError):  # being written
+            continue
+        if event.get("event", "").startswith("runner_on_") and event.get("event_data", {}).get("host"):
+            hosts.add(event["event_data"]["host"])
+    return hosts
+
+
+def site_files(site: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        name: ((site / name).read_bytes(), (site / name).stat().st_mtime_ns) for name in ("cluster.yml", "hosts.yml")
+    }
+
+
+def test_one_changing_command_per_site_and_ctrl_c_cancels_cleanly(lab: Path):
     before = {path.parent for path in (lab / ".runs").glob("*/corectl.json")}
-    proc = subprocess.Popen(
-        [CORECTL, "provision", "--inventory", str(lab)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    time.sleep(4)  # let the run get going (a provision here takes well over 10 s)
+    args = ["--inventory", str(lab)]
+    proc = subprocess.Popen([CORECTL, "provision", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = wait_for(lambda: lock_holder(lab), lambda h: bool(h.get("run")), 60)
+    assert holder["command"] == f"provision --inventory {lab}" and holder["pid"] == proc.pid
+    everyone = {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
+    assert wait_for(lambda: hosts_reached(Path(holder["run"])), lambda h: h == everyone, 60) == everyone
+    files = site_files(lab)
+    # a second provision and an add-node are refused at once, naming the holder; nothing is touched
+    for command in (["provision"], ["add-node", "e2e-dgx09", "--address", "172.29.210.19", "--profile", "dgx-standin"]):
+        refused = corectl(*command, *args, check=False)
+        assert refused.returncode == 75, refused.stderr
+        [line] = refused.stderr.splitlines()
+        assert line.startswith(f"error: site labtest is busy: `corectl provision --inventory {lab}` by root@"), line
+        assert f"(pid {proc.pid}, since {holder['started']}, run {holder['run']})" in line, line
+    assert site_files(lab) == files
+    # Ctrl-C: the run stops cleanly and still reports every host it reached
     proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    # exactly one new run record (older ones may have been pruned: 30 are kept)
+    # exactly one new run record (older ones may have been pruned: 30 are kept), from the first provision
     new = [path.parent for path in (lab / ".runs").glob("*/corectl.json") if path.parent not in before]
-    assert len(new) == 1
-    assert json.loads((new[0] / "corectl.json").read_text())["status"] == "canceled"
+    assert [str(path) for path in new] == [holder["run"]]
+    record = json.loads((new[0] / "corectl.json").read_text())
+    assert record["status"] == "canceled"
+    assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
+    summary = [row[0] for row in table_rows(out) if len(row) == 6]
+    assert summary == ["e2e-dgx01", "e2e-dgx02", "e2e-head01"], out
+    assert lock_holder(lab) == {}  # released
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning(lab: Path):
+    # what a corectl killed with SIGKILL leaves: its record, without the (kernel-held) lock
+    stale = {"command": "upgrade drivers", "user": "root", "host": "elsewhere", "pid": 999999,
+             "started": "2026-01-01T00:00:00+00:00", "run": ""}  # fmt: skip
+    (lab / ".lock").write_text(json.dumps(stale) + "\n")
+    result = corectl("render", "--inventory", str(lab))
+    assert result.stderr.splitlines() == [
+        "warning: taking over the lock of site labtest left by `corectl upgrade drivers` by root@elsewhere "
+        "(pid 999999, since 2026-01-01T00:00:00+00:00), which no longer holds it"
+    ]
+    assert lock_holder(lab) == {}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -60,17 +63,57 @@ InventoryOpt = Annotated[
     str,
     typer.Option("--inventory", "-i", help="site name under inventories/, or a path to a site directory"),
 ]
+WaitOpt = Annotated[
+    float,
+    typer.Option("--wait", min=0, help="while another changing command holds the site, wait up to this many seconds"),
+]
 
 
-def _require_ok(result: RunResult, what: str) -> None:
-    """A run with failed or unreachable hosts (or none that ran) ends the command non-zero."""
+@contextlib.contextmanager
+def _changing(site: Any, wait: float) -> Iterator[None]:
+    """Hold the site's lock (one changing command per site); the holder is this command line."""
+    from corectl.lock import site_lock
+
+    command = shlex.join(sys.argv[1:])
+    with site_lock(site, command, wait=wait, warn=lambda line: err.print(line, markup=False, soft_wrap=True)):
+        yield
+
+
+def _require_ok(result: RunResult, what: str, *, per_host: bool = False) -> None:
+    """A run with failed or unreachable hosts (or none that ran) ends the command non-zero, with
+    the next step in its last line. ``per_host``: a rerun can be limited to the failed hosts."""
     if result.ok:
         return
-    failed = ", ".join(result.failed_hosts)
+    if result.status == "canceled":
+        raise CorectlError(
+            f"{what} canceled after {result.elapsed:.0f}s ({len(result.hosts)} hosts reached, counts above); "
+            "running it again is safe and continues where it stopped",
+            exit_code=130,
+        )
+    failed = result.failed_hosts
     if not failed:
         tail = result.output_tail(1)
-        failed = f"{result.status}: {tail[-1] if tail else 'no output'}"
-    raise CorectlError(f"{what} failed: {failed}", exit_code=130 if result.status == "canceled" else 1)
+        raise CorectlError(f"{what} failed: {result.status}: {tail[-1] if tail else 'no output'}")
+    unreachable = [h for h in failed if result.hosts[h].unreachable]
+    parts = [f"unreachable: {', '.join(unreachable)}"] if unreachable else []
+    if len(unreachable) < len(failed):
+        parts.append(f"failed: {', '.join(h for h in failed if h not in unreachable)}")
+    retry = f"retry just those: {_with_limit(failed)}" if per_host else "fix the cause and run it again"
+    raise CorectlError(f"{what} failed ({'; '.join(parts)}); {retry}")
+
+
+def _with_limit(hosts: list[str]) -> str:
+    """This command line with ``--limit`` set to ``hosts``."""
+    argv, kept = sys.argv[1:], []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--limit", "-l"):
+            skip = True
+        elif not arg.startswith("--limit="):
+            kept.append(arg)
+    return "corectl " + shlex.join([*kept, "--limit", ",".join(hosts)])
 
 
 def _site(inventory: str):  # noqa: ANN202 - Site, imported lazily
@@ -92,12 +135,14 @@ def validate(inventory: InventoryOpt) -> None:
 def render(
     inventory: InventoryOpt,
     check: Annotated[bool, typer.Option("--check", help="exit 1 if hosts.yml is stale instead of writing it")] = False,
+    wait: WaitOpt = 0,
 ) -> None:
     """Write inventories/<site>/hosts.yml from cluster.yml (deterministic)."""
     from corectl.commands.inventory import render_site
 
     site = _site(inventory)
-    cluster, changed = render_site(site, check_only=check)
+    with contextlib.nullcontext() if check else _changing(site, wait):
+        cluster, changed = render_site(site, check_only=check)
     state = "up to date" if check or not changed else "written"
     out.print(f"{site.hosts_file}: {state} ({len(cluster.nodes)} hosts)")
 
@@ -119,11 +164,15 @@ def provision(
     tags: Annotated[str | None, typer.Option("--tags", "-t", help="only tasks with these tags")] = None,
     check: Annotated[bool, typer.Option("--check", help="dry run: change nothing")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="show the changes to files")] = False,
+    wait: WaitOpt = 0,
 ) -> None:
     """Validate, render and run the site playbook on the site's nodes."""
     from corectl.commands.provision import provision as run_provision
 
-    _require_ok(run_provision(_site(inventory), out, limit=limit, tags=tags, check=check, diff=diff), "provision")
+    site = _site(inventory)
+    with _changing(site, wait):
+        result = run_provision(site, out, limit=limit, tags=tags, check=check, diff=diff)
+    _require_ok(result, "provision", per_host=True)
 
 
 @app.command()
@@ -136,11 +185,15 @@ def bootstrap(
     ] = None,
     key: Annotated[Path | None, typer.Option(help="log in with this existing private key instead")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="accept new host keys without asking")] = False,
+    wait: WaitOpt = 0,
 ) -> None:
     """First contact with fresh nodes: record host keys, install corectl's key, make sure python3 is there."""
     from corectl.commands.bootstrap import bootstrap as run_bootstrap
 
-    run_bootstrap(_site(inventory), out, nodes or [], _bootstrap_login(user, password_env, key), _host_key_prompt(yes))
+    site = _site(inventory)
+    login = _bootstrap_login(user, password_env, key)
+    with _changing(site, wait):
+        run_bootstrap(site, out, nodes or [], login, _host_key_prompt(yes))
 
 
 def _bootstrap_login(user: str, password_env: str | None, key: Path | None) -> Login:
@@ -178,7 +231,7 @@ def plan(
     """Dry run of provision (check + diff) with a per-host list of what would change."""
     from corectl.commands.provision import plan as run_plan
 
-    _require_ok(run_plan(_site(inventory), out, limit=limit, tags=tags), "plan")
+    _require_ok(run_plan(_site(inventory), out, limit=limit, tags=tags), "plan", per_host=True)
 
 
 @app.command()
@@ -186,22 +239,30 @@ def drain(
     nodes: Annotated[str, typer.Argument(help="compute node(s), e.g. dgx03 or dgx[01-04]")],
     inventory: InventoryOpt,
     reason: Annotated[str, typer.Option("--reason", "-r", help="why (shown by sinfo -R)")] = "",
+    wait: WaitOpt = 0,
 ) -> None:
     """Drain nodes in Slurm: running jobs finish, no new jobs start there."""
     from corectl.commands.nodes import set_state
 
-    _require_ok(set_state(_site(inventory), out, nodes, "drain", reason), "drain")
+    site = _site(inventory)
+    with _changing(site, wait):
+        result = set_state(site, out, nodes, "drain", reason)
+    _require_ok(result, "drain")
 
 
 @app.command()
 def resume(
     nodes: Annotated[str, typer.Argument(help="compute node(s), e.g. dgx03 or dgx[01-04]")],
     inventory: InventoryOpt,
+    wait: WaitOpt = 0,
 ) -> None:
     """Return drained nodes to service in Slurm."""
     from corectl.commands.nodes import set_state
 
-    _require_ok(set_state(_site(inventory), out, nodes, "resume"), "resume")
+    site = _site(inventory)
+    with _changing(site, wait):
+        result = set_state(site, out, nodes, "resume")
+    _require_ok(result, "resume")
 
 
 @app.command()
@@ -258,6 +319,7 @@ def add_node(
     ] = None,
     password_env: Annotated[str | None, typer.Option(help="bootstrap: the password's environment variable")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="bootstrap: accept the new host key")] = False,
+    wait: WaitOpt = 0,
 ) -> None:
     """Add a compute node: declare it, update only the hosts that must change, provision and check it, resume it."""
     from corectl.commands.lifecycle import add_node as run_add
@@ -267,9 +329,9 @@ def add_node(
     login = None
     if bootstrap_user:
         login = _bootstrap_login(bootstrap_user, password_env, None)
-    run_add(
-        _site(inventory), out, node, entry=entry, partitions=partition or [], login=login, accept=_host_key_prompt(yes)
-    )
+    site = _site(inventory)
+    with _changing(site, wait):
+        run_add(site, out, node, entry=entry, partitions=partition or [], login=login, accept=_host_key_prompt(yes))
 
 
 @app.command("remove-node")
@@ -277,11 +339,14 @@ def remove_node(
     node: Annotated[str, typer.Argument(help="the compute node to retire")],
     inventory: InventoryOpt,
     timeout: Annotated[int, typer.Option("--timeout", min=0, help="seconds to wait for its jobs to end")] = 3600,
+    wait: WaitOpt = 0,
 ) -> None:
     """Drain a node, wait for its jobs, and remove it from Slurm, monitoring and cluster.yml."""
     from corectl.commands.lifecycle import remove_node as run_remove
 
-    run_remove(_site(inventory), out, node, timeout=timeout)
+    site = _site(inventory)
+    with _changing(site, wait):
+        run_remove(site, out, node, timeout=timeout)
 
 
 @app.command()
@@ -304,11 +369,14 @@ def upgrade_drivers(
         int, typer.Option("--timeout", min=60, help="seconds to wait for a node's running jobs to end")
     ] = 3600,
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="only these GPU nodes, e.g. dgx[01-04]")] = None,
+    wait: WaitOpt = 0,
 ) -> None:
     """Rolling, drain-aware upgrade to group_vars' nvidia_driver_version: idle nodes first, no job killed."""
     from corectl.commands.upgrade import upgrade_drivers as run_upgrade
 
-    results = run_upgrade(_site(inventory), out, batch=batch, timeout=timeout, limit=limit)
+    site = _site(inventory)
+    with _changing(site, wait):
+        results = run_upgrade(site, out, batch=batch, timeout=timeout, limit=limit)
     out.print(f"upgrade drivers: {len(results)} batch(es) done", highlight=False)
 
 
@@ -321,13 +389,14 @@ def runs(inventory: InventoryOpt, last: Annotated[int, typer.Option(help="how ma
 
 
 @secrets_app.command("init")
-def secrets_init(inventory: InventoryOpt) -> None:
+def secrets_init(inventory: InventoryOpt, wait: WaitOpt = 0) -> None:
     """Generate every missing secret of the site (existing ones are kept), vault-encrypted."""
     from corectl import secrets
 
     site = _site(inventory)
-    made = secrets.init(site)
-    secrets.check(site)
+    with _changing(site, wait):
+        made = secrets.init(site)
+        secrets.check(site)
     for item in made:
         out.print(f"generated {item}")
     out.print(f"{site.name}: secrets complete ({len(made)} generated)")
@@ -347,12 +416,15 @@ def secrets_check(inventory: InventoryOpt) -> None:
 def secrets_set_ceph_key(
     client: Annotated[str, typer.Argument(help="cephx client id, without 'client.'")],
     inventory: InventoryOpt,
+    wait: WaitOpt = 0,
 ) -> None:
     """Store a CephFS client key read from standard input (ceph auth get-key client.ID | ...)."""
     from corectl import secrets
 
     site = _site(inventory)
-    secrets.set_ceph_key(site, client, sys.stdin.read())
+    key = sys.stdin.read()
+    with _changing(site, wait):
+        secrets.set_ceph_key(site, client, key)
     out.print(f"{site.name}: key for client.{client} stored (vault-encrypted)")
 
 
@@ -364,6 +436,7 @@ def lab_up(
     ssh_port_base: Annotated[int, typer.Option(help="head's sshd on 127.0.0.1:BASE, dgxNN on BASE+NN")] = 22100,
     prefix: Annotated[str, typer.Option(help="node name prefix (two labs on one machine need distinct names)")] = "",
     ceph: Annotated[bool, typer.Option("--ceph/--no-ceph", help="a stand-in Ceph cluster, mounted at /shared")] = True,
+    wait: WaitOpt = 0,
 ) -> None:
     """Start a head node and N DGX stand-ins and write the lab inventory for them."""
     from corectl.commands.lab import lab_up as start
@@ -371,7 +444,8 @@ def lab_up(
 
     site = _site(inventory)
     spec = LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix, ceph=ceph)
-    started, ceph_address = start(spec)
+    with _changing(site, wait):
+        started, ceph_address = start(spec)
     for node in started:
         out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     if ceph_address:
@@ -382,12 +456,14 @@ def lab_up(
 @lab_app.command("down")
 def lab_down(
     inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",
+    wait: WaitOpt = 0,
 ) -> None:
     """Remove the lab's containers, network, cgroup leftovers and cached facts."""
     from corectl.lab.nodes import down
 
     site = _site(inventory)
-    removed = down(site)
+    with _changing(site, wait):
+        removed = down(site)
     out.print(f"lab '{site.name}' removed ({len(removed)} nodes)")
 
 
@@ -406,11 +482,14 @@ def lab_add(
         bool,
         typer.Option("--bare", help="like a fresh machine: no corectl key; admin user dgxadmin (password in .lab/)"),
     ] = False,
+    wait: WaitOpt = 0,
 ) -> None:
     """Start one more DGX stand-in beside a running lab (declare it with corectl add-node)."""
     from corectl.lab.nodes import add
 
-    node = add(_site(inventory), bare=bare)
+    site = _site(inventory)
+    with _changing(site, wait):
+        node = add(site, bare=bare)
     out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     out.print(
         f"next: corectl add-node {node.name} --inventory {inventory} --address {node.address} "

@@ -80,7 +80,9 @@ class LiveProgress:
             self._live.update(self._render())
 
 
-def summary_table(result: RunResult) -> Table:
+def summary_table(result: RunResult) -> Group:
+    """Every host the run reached with its counts (partial ones for a canceled run), then one line
+    per failed or unreachable host with what Ansible said."""
     table = Table(title=f"{result.status} in {result.elapsed:.0f}s", title_justify="left")
     for column in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
         table.add_column(column, justify="left" if column == "host" else "right")
@@ -95,4 +97,8 @@ def summary_table(result: RunResult) -> Table:
             str(stats.skipped),
             style=style,
         )
-    return table
+    notes = []
+    for host in result.failed_hosts:
+        kind = "unreachable" if result.hosts[host].unreachable else "failed"
+        notes.append(Text(f"{kind} {host}: {result.messages.get(host, '')}".rstrip(": "), style="red"))
+    return Group(table, *notes)

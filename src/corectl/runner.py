@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
+from corectl import lock
 from corectl.secrets import password_file_for_run
 from corectl.site import Site
 
@@ -58,6 +59,8 @@ class RunResult:
     hosts: dict[str, HostStats]
     artifact_dir: Path
     elapsed: float
+    # host -> what Ansible said when the host failed or could not be reached (first message)
+    messages: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed_hosts(self) -> list[str]:
@@ -181,6 +184,42 @@ def stats_from_event(event_data: dict[str, Any]) -> dict[str, HostStats]:
     return hosts
 
 
+class _Tally:
+    """Per-host counts taken from the task events as they come.
+
+    Ansible's own totals (playbook_on_stats) arrive only when a playbook ends; a canceled or
+    killed run never sends them, so its summary is built from these instead.
+    """
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "runner_on_ok": "ok",
+        "runner_on_failed": "failed",
+        "runner_on_unreachable": "unreachable",
+        "runner_on_skipped": "skipped",
+    }
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, HostStats] = {}
+        self.messages: dict[str, str] = {}
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        host, kind = data.get("host"), self.KINDS.get(str(event.get("event")))
+        if not host or kind is None:
+            return
+        stats = self.hosts.setdefault(host, HostStats())
+        res = data.get("res") or {}
+        if kind == "failed" and data.get("ignore_errors"):
+            stats.ignored += 1
+            return
+        setattr(stats, kind, getattr(stats, kind) + 1)
+        if kind == "ok" and res.get("changed"):
+            stats.changed += 1
+        if kind in ("failed", "unreachable") and host not in self.messages:
+            text = str(res.get("msg") or res.get("stderr") or kind).strip()
+            self.messages[host] = f"{data.get('task', '')}: {' '.join(text.split())}"[:300]
+
+
 class _Cancel:
     """Our own Ctrl-C handling: the first SIGINT asks ansible-runner to stop cleanly."""
 
@@ -211,11 +250,14 @@ def _execute(request: RunRequest, build: Callable[[Path, str], dict[str, Any]], 
     site = request.site
     site.runs_dir.mkdir(parents=True, exist_ok=True)
     ident = new_ident()
+    lock.note_run(site.runs_dir / ident)  # the site lock names the run its holder is in
     collected: dict[str, HostStats] = {}
+    tally = _Tally()
     started = time.monotonic()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     def on_event(event: dict[str, Any]) -> bool:
+        tally(event)
         if event.get("event") == "playbook_on_stats":
             collected.update(stats_from_event(event.get("event_data", {})))
         if sink is not None:
@@ -227,7 +269,8 @@ def _execute(request: RunRequest, build: Callable[[Path, str], dict[str, Any]], 
         status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
         if cancel.requested.is_set():
             status, rc = "canceled", 130
-    run = RunResult(status, rc, collected, site.runs_dir / ident, time.monotonic() - started)
+    hosts = collected or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
+    run = RunResult(status, rc, hosts, site.runs_dir / ident, time.monotonic() - started, tally.messages)
     record(request, run, started_at)
     return run
 
@@ -287,5 +330,6 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
         "status": run.status,
         "rc": run.rc,
         "hosts": {host: asdict(stats) for host, stats in sorted(run.hosts.items())},
+        "messages": dict(sorted(run.messages.items())),
     }
     (run.artifact_dir / "corectl.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -4,10 +4,14 @@ add-node: declare the node (unless cluster.yml already does), then
   1. the other nodes: only /etc/hosts (tag etc_hosts),
   2. the controller, login and monitoring nodes: Slurm configuration and Prometheus targets
      (tags slurm, monitoring), then drain the new node in Slurm before its slurmd ever starts,
-  3. the new node: the whole site playbook,
-  4. the new node's health checks; only when they pass is it resumed.
+  3. the other compute nodes: slurmd restarted with the new node list (Slurm before 24.11 needs
+     it; running jobs go on), the same change the next provision would otherwise make,
+  4. the new node: the whole site playbook,
+  5. the new node's health checks; only when they pass is it resumed.
 remove-node: drain it and wait for its jobs, remove it from cluster.yml, then update the
-controller, login and monitoring nodes and the other nodes' /etc/hosts.
+controller, login and monitoring nodes, the remaining compute nodes' slurmd and the other
+nodes' /etc/hosts.
+Both end with the cluster converged: a provision right after either changes nothing.
 """
 
 from __future__ import annotations
@@ -71,6 +75,17 @@ def _update_hosts(site: Site, console: Console, verb: str, name: str, hosts: lis
     )  # fmt: skip
 
 
+def _update_slurmd(site: Site, console: Console, cluster: Cluster, verb: str, name: str) -> None:
+    """slurmd on the other compute nodes, with the node list the controller now has."""
+    computes = [n.name for n in cluster.nodes if "compute" in n.roles and n.name != name]
+    if not computes:
+        return
+    _step(
+        site, console, f"{verb} {name}: slurmd on the other compute nodes", command=f"{verb} {name} (slurmd)",
+        playbook="slurmd-config.yml", limit=",".join(computes), secrets=False,
+    )  # fmt: skip
+
+
 def node_entry(
     address: str | None,
     profile: str | None,
@@ -122,6 +137,7 @@ def add_node(
     others = [n.name for n in cluster.nodes if n.name != name]
     _update_hosts(site, console, "add-node", name, others)
     _update_config(site, console, cluster, "add-node", name)
+    _update_slurmd(site, console, cluster, "add-node", name)
     set_state(site, console, name, "drain", ADD_REASON)
     _step(site, console, f"add-node {name}: the node itself", command=f"add-node {name}", limit=name)
     report = health(site, console, limit=name)
@@ -157,6 +173,7 @@ def remove_node(site: Site, console: Console, name: str, *, timeout: int) -> Non
     console.print(f"{site.cluster_file}: {name} removed")
     render_site(site, check_only=False)
     _update_config(site, console, cluster, "remove-node", name)
+    _update_slurmd(site, console, cluster, "remove-node", name)
     others = hostlist.compress([n.name for n in cluster.nodes])
     _update_hosts(site, console, "remove-node", name, [n.name for n in cluster.nodes])
     console.print(f"{name} removed from Slurm, Prometheus and cluster.yml (remaining: {others})")

@@ -93,8 +93,14 @@ class LabSpec:
         return out
 
 
-def lab_cluster(spec: LabSpec) -> dict:
-    """The lab's cluster.yml: a head node and N DGX stand-ins on one leaf switch."""
+LAB_USER = "alice"  # a declared user whose SSH key the lab keeps in .lab/ (try logins as a user)
+
+
+def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
+    """The lab's cluster.yml: a head node and N DGX stand-ins on one leaf switch.
+
+    ``user_key``: the public SSH key declared for LAB_USER.
+    """
     nodes = spec.nodes()
     head = nodes[0]
     computes = [n.name for n in nodes if not n.head]
@@ -149,7 +155,12 @@ def lab_cluster(spec: LabSpec) -> dict:
         },
         "groups": [{"name": "research", "gid": 20000}, {"name": "hpcadmin", "gid": 20001}],
         "users": [
-            {"name": "alice", "uid": 20001, "group": "research"},
+            {
+                "name": LAB_USER,
+                "uid": 20001,
+                "group": "research",
+                **({"ssh_keys": [user_key]} if user_key else {}),
+            },
             {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
         ],
         "monitoring": {"prometheus": True, "scrape_interval": "15s", "retention": "2d"},
@@ -194,12 +205,12 @@ def _dump(data: object, header: str) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
 
 
-def write_inventory(spec: LabSpec, repo_vars: dict | None = None) -> None:
+def write_inventory(spec: LabSpec, repo_vars: dict | None = None, user_key: str | None = None) -> None:
     site = spec.site
     (site.directory / "group_vars").mkdir(parents=True, exist_ok=True)
     (site.directory / "host_vars").mkdir(parents=True, exist_ok=True)
     header = "# Written by `corectl lab up`; `corectl lab up` rewrites it. See docs/testing.md.\n"
-    write_if_changed(site.cluster_file, _dump(lab_cluster(spec), header))
+    write_if_changed(site.cluster_file, _dump(lab_cluster(spec, user_key), header))
     write_if_changed(site.directory / "group_vars" / "all.yml", _dump({**LAB_GROUP_VARS, **(repo_vars or {})}, header))
     head = spec.nodes()[0]
     write_if_changed(
@@ -208,12 +219,13 @@ def write_inventory(spec: LabSpec, repo_vars: dict | None = None) -> None:
     )
 
 
-def ensure_key(site: Site) -> Path:
-    key = site.lab_dir / "id_ed25519"
+def ensure_key(site: Site, name: str = "id_ed25519") -> Path:
+    """A key pair in the lab's .lab/ (corectl's own by default), made once."""
+    key = site.lab_dir / name
     if not key.is_file():
         site.lab_dir.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"corectl-lab-{site.name}", "-f", str(key)],
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"corectl-lab-{site.name}-{name}", "-f", str(key)],
             check=True,
         )
     return key
@@ -367,7 +379,8 @@ def up(spec: LabSpec) -> list[LabNode]:
     repo_vars = repo.lab_vars(spec.container(f"{spec.prefix}repo"), spec.network, spec.repo_address(), spec.site.name)
     nodes = spec.nodes()
     _start_nodes(spec, nodes, image, key)
-    write_inventory(spec, repo_vars)
+    user_key = ensure_key(spec.site, f"{LAB_USER}_ed25519").with_suffix(".pub").read_text().strip()
+    write_inventory(spec, repo_vars, user_key)
     _save_spec(spec)
     return nodes
 

@@ -1,0 +1,186 @@
+"""`make test`: every test stage, side by side where they do not compete, and a time table at the end.
+
+    lane 1: lint (ruff, ansible-lint), then the unit tests (pytest -m "not lab")
+    lane 2: the stand-in node image (Docker engine included)          } at once
+    then
+    lane 1: the end-to-end lab test (pytest -m lab)
+    lane 2: molecule, one scenario after the other                     } at once
+
+The lab and each molecule scenario use their own docker network, node names (Slurm's cgroups
+are named after nodes) and ports, so they can run side by side. Every stage writes its output
+to build/<stage>.log; a failed stage's log tail is printed. Exit status 1 when any stage failed.
+
+    python tests/stages.py [all | lint | unit | image | lab | molecule [SCENARIO ...]]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Outcome:
+    name: str
+    lane: int
+    start: float
+    seconds: float
+    ok: bool
+    note: str = ""
+
+
+class Stages:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.outcomes: list[Outcome] = []
+        self.lock = threading.Lock()
+        self.env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def say(self, line: str) -> None:
+        with self.lock:
+            print(f"[{time.monotonic() - self.t0:6.0f}s] {line}", flush=True)
+
+    def run(self, name: str, lane: int, argv: list[str], env: dict[str, str] | None = None) -> bool:
+        BUILD.mkdir(exist_ok=True)
+        log = BUILD / f"{name}.log"
+        self.say(f"start {name}: {' '.join(argv)}")
+        start = time.monotonic()
+        with log.open("w") as out:
+            proc = subprocess.run(argv, cwd=ROOT, stdout=out, stderr=out, env=env or self.env, check=False)
+        rc = proc.returncode
+        outcome = Outcome(name, lane, start - self.t0, time.monotonic() - start, rc == 0, f"exit {rc}" if rc else "")
+        return self._finish(outcome, log)
+
+    def _finish(self, outcome: Outcome, log: Path) -> bool:
+        with self.lock:
+            self.outcomes.append(outcome)
+        state = "passed" if outcome.ok else f"FAILED ({outcome.note})"
+        self.say(f"{outcome.name} {state} in {outcome.seconds:.0f}s (log: {log.relative_to(ROOT)})")
+        if not outcome.ok:
+            self.show_failure(log)
+        return outcome.ok
+
+    def show_failure(self, log: Path) -> None:
+        lines = log.read_text(errors="replace").splitlines()
+        marks = [
+            i for i, line in enumerate(lines) if any(m in line for m in ("fatal: ", "failed: [", "FAILED", "ERROR"))
+        ]
+        picked: list[str] = []
+        for i in marks[-6:]:
+            picked += [*lines[i : i + 12], "--"]
+        with self.lock:
+            print("\n".join((picked or lines)[-100:]), flush=True)
+
+    def molecule(self, scenario: str, lane: int, image: str) -> bool:
+        """One molecule scenario; strings in molecule/<s>/secret-patterns must not reach its output."""
+        env = {**self.env, "CORECTL_NODE_IMAGE": image}
+        ok = self.run(f"molecule-{scenario}", lane, [str(BIN / "molecule"), "test", "-s", scenario], env)
+        patterns = ROOT / "molecule" / scenario / "secret-patterns"
+        if ok and patterns.is_file():
+            output = (BUILD / f"molecule-{scenario}.log").read_text(errors="replace")
+            leaked = [p for p in patterns.read_text().splitlines() if p and p in output]
+            if leaked:
+                self.say(f"molecule-{scenario}: a test secret appeared in the output")
+                self.outcomes[-1].ok, self.outcomes[-1].note = False, "secret in output"
+                ok = False
+        return ok
+
+    def table(self) -> str:
+        rows = [f"{'stage':<22} {'lane':>4} {'start':>7} {'time':>7}  result"]
+        for o in sorted(self.outcomes, key=lambda o: o.start):
+            rows.append(f"{o.name:<22} {o.lane:>4} {o.start:>6.0f}s {o.seconds:>6.0f}s  {'ok' if o.ok else o.note}")
+        rows.append(f"{'total (wall)':<22} {'':>4} {'':>7} {time.monotonic() - self.t0:>6.0f}s")
+        return "\n".join(rows)
+
+
+def scenarios() -> list[str]:
+    return sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+
+
+def image_tag(stages: Stages) -> str | None:
+    log = BUILD / "image.log"
+    if not stages.run("image", 2, [str(BIN / "corectl"), "lab", "image"]):
+        return None
+    return log.read_text().split()[-1]
+
+
+def lint(stages: Stages, lane: int = 1) -> bool:
+    ok = stages.run("ruff", lane, ["sh", "-c", "ruff check src tests bench && ruff format --check src tests bench"])
+    return stages.run("ansible-lint", lane, [str(BIN / "ansible-lint")]) and ok
+
+
+def in_parallel(*lanes: object) -> list[bool]:
+    results: list[bool] = [False] * len(lanes)
+
+    def work(i: int, fn: object) -> None:
+        results[i] = bool(fn())  # type: ignore[operator]
+
+    threads = [threading.Thread(target=work, args=(i, fn)) for i, fn in enumerate(lanes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def main(argv: list[str]) -> int:
+    what = argv[0] if argv else "all"
+    stages = Stages()
+    pytest = [str(BIN / "pytest"), "-ra", "-p", "no:cacheprovider"]
+    image: list[str | None] = [None]
+
+    def build_image() -> bool:
+        image[0] = image_tag(stages)
+        return image[0] is not None
+
+    def molecule_lane() -> bool:
+        names = argv[1:] if what == "molecule" and len(argv) > 1 else scenarios()
+        return all([stages.molecule(s, 2, image[0] or "") for s in names])
+
+    if what == "all":
+
+        def checks() -> bool:
+            linted = lint(stages)
+            return stages.run("unit", 1, [*pytest, "-m", "not lab"]) and linted
+
+        first = in_parallel(checks, build_image)
+        if first[1]:
+            in_parallel(lambda: stages.run("lab", 1, [*pytest, "-m", "lab"]), molecule_lane)
+    elif what == "lint":
+        lint(stages)
+    elif what == "unit":
+        stages.run("unit", 1, [*pytest, "-m", "not lab"])
+    elif what == "image":
+        build_image()
+    elif what == "lab":
+        stages.run("lab", 1, [*pytest, "-m", "lab"])
+    elif what == "molecule":
+        if build_image():
+            molecule_lane()
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print("\n" + stages.table(), flush=True)
+    for name in ("unit", "lab"):  # pytest's own closing lines
+        log = BUILD / f"{name}.log"
+        if any(o.name == name for o in stages.outcomes):
+            closing = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("=")]
+            print(f"pytest {name}: {closing[-1].strip('= ') if closing else 'no summary'}", flush=True)
+    failed = [o.name for o in stages.outcomes if not o.ok]
+    print(f"stages: {len(stages.outcomes) - len(failed)} passed, {len(failed)} failed", flush=True)
+    if what == "all" and "image" in failed:
+        print("the image failed: the lab and molecule stages did not run", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
