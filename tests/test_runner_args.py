@@ -2,41 +2,73 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
 from pathlib import Path
 
-from corectl.runner import RunRequest, runner_kwargs, stats_from_event
-from corectl.site import resolve_site
+import yaml
+
+from corectl.runner import RunRequest, run_playbook, runner_kwargs, stats_from_event
+from corectl.site import Site, resolve_site
+
+PROBE = """
+- name: Probe
+  hosts: all
+  gather_facts: true
+  gather_subset: ["!all", "!min"]
+  tasks:
+    - name: Report what the run was given
+      ansible.builtin.debug:
+        msg:
+          check: "{{ ansible_check_mode }}"
+          x: "{{ x | default('unset') }}"
+          shared: "{{ corectl_probe_shared | default('unset') }}"
+          layered: "{{ corectl_probe_layered | default('unset') }}"
+      tags: [t1]
+    - name: A task of another tag
+      ansible.builtin.debug:
+        msg: other
+      tags: [t2]
+"""
 
 
-def test_runner_kwargs(tmp_path: Path, root: Path):
-    site = resolve_site("core", root=root)
-    private = tmp_path / "private"
-    request = RunRequest(site=site, limit="dgx01,dgx02", tags="base", check=True, diff=True, extravars={"x": 1})
-    kwargs = runner_kwargs(request, private, "20260101T000000Z-1")
-    assert kwargs["private_data_dir"] == str(private)
-    assert kwargs["playbook"] == str(root / "playbooks" / "site.yml")
-    assert kwargs["project_dir"] == str(root)
-    shared, hosts = kwargs["inventory"]
-    assert hosts == str(site.hosts_file)
-    assert Path(shared).parent.parent == private  # fresh per run, inside the private dir
-    assert (Path(shared).parent / "group_vars").resolve() == root / "group_vars"
-    assert kwargs["artifact_dir"] == str(site.directory / ".runs")
-    assert kwargs["ident"] == "20260101T000000Z-1"
-    assert kwargs["rotate_artifacts"] > 0
-    assert kwargs["fact_cache"] == str(site.directory / ".facts")  # persistent, not per-run
-    assert kwargs["fact_cache_type"] == "jsonfile"
-    env = kwargs["envvars"]
-    assert env["ANSIBLE_CONFIG"] == str(root / "ansible.cfg")
-    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
-    assert f"UserKnownHostsFile={site.directory / 'known_hosts'}" in env["ANSIBLE_SSH_EXTRA_ARGS"]
-    assert "StrictHostKeyChecking=yes" in env["ANSIBLE_SSH_EXTRA_ARGS"]
-    assert env["ANSIBLE_SSH_CONTROL_PATH_DIR"].startswith(str(Path.home() / ".ansible" / "cp" / "corectl-"))
-    assert kwargs["limit"] == "dgx01,dgx02"
-    assert kwargs["tags"] == "base"
-    assert kwargs["cmdline"] == "--check --diff"
-    assert kwargs["extravars"] == {"x": 1}
-    assert 5 <= kwargs["forks"] <= 100
-    assert kwargs["quiet"] is True
+def test_a_run_gets_limit_tags_check_extravars_and_layered_group_vars(tmp_path: Path, root: Path):
+    """A real ansible-runner run of a probe playbook on two local hosts, through run_playbook."""
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "roles").mkdir()
+    (project / "group_vars").mkdir()
+    shutil.copy(root / "ansible.cfg", project / "ansible.cfg")  # the project's real Ansible settings
+    (project / "playbooks" / "probe.yml").write_text(PROBE)
+    (project / "group_vars" / "all.yml").write_text("corectl_probe_shared: project\ncorectl_probe_layered: project\n")
+    site = Site(root=project, directory=project / "inventories" / "probe")
+    (site.directory / "group_vars").mkdir(parents=True)
+    (site.directory / "group_vars" / "all.yml").write_text("corectl_probe_layered: site\n")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    site.hosts_file.write_text(yaml.safe_dump({"all": {"hosts": {"a": local, "b": local}}}))
+    events: list[dict] = []
+    request = RunRequest(site=site, playbook="probe.yml", command="probe", limit="a", tags="t1", check=True,
+                         extravars={"x": 1}, secrets=False)  # fmt: skip
+    result = run_playbook(request, sink=events.append)
+
+    assert result.ok, result.output_tail(20)
+    assert set(result.hosts) == {"a"}  # --limit
+    tasks = [e["event_data"]["task"] for e in events if e["event"] == "runner_on_ok"]
+    assert tasks == ["Gathering Facts", "Report what the run was given"]  # --tags t1 only
+    [report] = [e for e in events if e["event"] == "runner_on_ok" and e["event_data"]["task"].startswith("Report")]
+    # check mode on, extra vars in, shared group_vars under the site's own (the site wins)
+    assert report["event_data"]["res"]["msg"] == {"check": True, "x": 1, "shared": "project", "layered": "site"}
+    record = json.loads((result.artifact_dir / "corectl.json").read_text())
+    assert result.artifact_dir.parent == site.runs_dir
+    assert (record["command"], record["limit"], record["tags"], record["check"]) == ("probe", "a", "t1", True)
+    assert record["hosts"]["a"]["ok"] == 2
+    # facts persist in the site's cache between runs (gathering=smart reuses them); ansible-core
+    # names each file after the host, behind a prefix of its own ("s1_"), and wraps the facts
+    [cached] = list(site.facts_dir.iterdir())
+    assert cached.name.rpartition("_")[2] == "a"
+    facts = json.loads(json.loads(cached.read_text())["__payload__"])
+    assert facts["_ansible_facts_gathered"] is True and facts["gather_subset"] == ["!all", "!min"]
 
 
 def test_runner_kwargs_omit_unset_options(tmp_path: Path, root: Path):
