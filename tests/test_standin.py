@@ -178,11 +178,11 @@ def test_nvidia_smi_other_views(node: Node):
     listing = node.run("nvidia-smi", "-L").stdout.splitlines()
     assert listing[0].startswith("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-")
     report = node.run("nvidia-smi", "-q", "-i", "2").stdout
-    assert "Driver Version                              : 580.95.05" in report
+    assert "Driver Version                            : 580.95.05" in report  # the colon in column 42
     assert report.count("Product Name") == 1
     assert "GPU UUID" in report
     assert "Persistence Mode" in report
-    assert "        State                               : Not Started" in report
+    assert "        State                             : Not Started" in report
     assert "Driver Version: 580.95.05" in node.run("nvidia-smi").stdout
     topo = node.run("nvidia-smi", "topo", "-m").stdout.splitlines()
     assert topo[1].split("\t")[1:9] == [" X "] + ["NV18"] * 7

@@ -31,6 +31,22 @@ TESTS = {
     3: ["software", "pcie", "memory", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"],
     4: ["software", "pcie", "memory", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth", "pulse"],
 }
+# How dcgmi names the tests and groups them in its table (tests/samples/dcgmi-diag-r3.*.txt).
+TEST_NAMES = {
+    "pcie": "PCIe",
+    "memory": "GPU Memory",
+    "diagnostic": "Diagnostic",
+    "targeted_stress": "Targeted Stress",
+    "targeted_power": "Targeted Power",
+    "memory_bandwidth": "Memory Bandwidth",
+    "pulse": "Pulse Test",
+}
+SECTION_OF = {"pcie": "Integration", "memory": "Hardware", "targeted_stress": "Stress"}
+DEPLOYMENT_CHECKS = (
+    "Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks", "Persistence Mode",
+    "Environment Variables", "Page Retirement/Row Remap", "Graphics Processes", "Inforom",
+)  # fmt: skip
+DEVICE_ID = "2330"  # H100 SXM5 80GB (PCI device id 0x2330, as in nvidia-smi's "Device Id : 0x233010DE")
 SYSTEM_TO_TEST = {"memory": "memory", "pcie": "pcie", "nvlink": "pcie", "thermal": "diagnostic"}
 
 
@@ -72,11 +88,17 @@ def _gpus(state: dict[str, Any], ids: str | None) -> list[dict[str, Any]]:
     return gpus
 
 
-def _box(rows: list[tuple[str, str]], left: int = 8, right: int = 70) -> list[str]:
+def _box(rows: list[tuple[str, str]], left: int = 6, right: int = 68) -> list[str]:
+    """dcgmi's tables (tests/samples/dcgmi-*.txt): ("---", "") is a rule, ("===", "") the header
+    rule, ("---", "Name") a section rule, ("", text) a continuation line."""
     rule = f"+{'-' * (left + 2)}+{'-' * (right + 2)}+"
     lines = [rule]
     for a, b in rows:
-        if a == "---":
+        if a == "===":
+            lines.append(f"+{'=' * (left + 2)}+{'=' * (right + 2)}+")
+        elif a == "---" and b:
+            lines.append(f"|-----  {b}  ".ljust(left + 3, "-") + "+" + "-" * (right + 2) + "|")
+        elif a == "---":
             lines.append(rule)
         else:
             lines.append(f"| {a:<{left}} | {b:<{right}} |")
@@ -140,21 +162,26 @@ def cmd_diag(args: argparse.Namespace) -> int:
         print("Successfully ran diagnostic for group.")
         rows = [
             ("Diagnostic", "Result"),
-            ("---", ""),
+            ("===", ""),
+            ("---", "Metadata"),
             ("DCGM Version", gpusim.installed_dcgm() or "unknown"),
             ("Driver Version Detected", state.get("loaded_driver") or ""),
-            ("Number of GPUs Detected", str(len(results))),
-            ("GPU IDs", ",".join(str(r["index"]) for r in results)),
-            ("---", ""),
+            ("GPU Device IDs Detected", ",".join(DEVICE_ID for _ in results)),
         ]
         for test in TESTS.get(level, TESTS[3]):
+            if test == "software":
+                rows += [("---", "Deployment"), *((name, "Pass") for name in DEPLOYMENT_CHECKS)]
+                continue
             failed = [r for r in results if any(SYSTEM_TO_TEST[i["system"]] == test for i in r["incidents"])]
-            rows.append((test.replace("_", " ").title(), "Fail" if failed else "Pass"))
+            if test in SECTION_OF:
+                rows.append(("---", SECTION_OF[test]))
+            verdict = f"Fail - GPU: {','.join(str(r['index']) for r in failed)}" if failed else "Pass - All"
+            rows.append((TEST_NAMES[test], verdict))
             for r in failed:
                 for incident in r["incidents"]:
                     if SYSTEM_TO_TEST[incident["system"]] == test:
-                        rows.append(("", f"GPU {r['index']}: {incident['message']}"[:60]))
-        print("\n".join(_box(rows, 26, 60)))
+                        rows.append(("Warning", f"GPU {r['index']} {incident['message']}"[:46]))
+        print("\n".join(_box(rows, 25, 46)))
     return EXIT_DIAG_FAIL if overall == "Fail" else 0
 
 

@@ -147,9 +147,11 @@ def query_gpu(state: State, driver: str, fields_arg: str, fmt: str | None, ident
 
 
 def _row(label: str, value: object, indent: int = 4) -> str:
+    """One `nvidia-smi -q` line: the ':' of every key-value line sits in column 42, whatever the
+    nesting (tests/samples/nvidia-smi-q.h100-sxm.545.23.08.txt)."""
     if value == "":
         return f"{' ' * indent}{label}"
-    return f"{' ' * indent}{label}".ljust(44) + f": {value}"
+    return f"{' ' * indent}{label}".ljust(42) + f": {value}"
 
 
 def query_report(state: State, driver: str, ident: str | None) -> int:
@@ -212,8 +214,8 @@ def query_report(state: State, driver: str, ident: str | None) -> int:
             _row("SW Power Cap", active("SwPowerCap"), 8),
             _row("HW Slowdown", active("HwSlowdown"), 8),
             _row("SW Thermal Slowdown", active("SwThermalSlowdown"), 8),
-            _row("HW Thermal Slowdown", active("HwThermalSlowdown"), 8),
-            _row("HW Power Brake Slowdown", active("HwPowerBrakeSlowdown"), 8),
+            _row("HW Thermal Slowdown", active("HwThermalSlowdown"), 12),  # nested under HW Slowdown
+            _row("HW Power Brake Slowdown", active("HwPowerBrakeSlowdown"), 12),
             _row("FB Memory Usage", ""),
             _row("Total", f"{state['memory_total_mib']} MiB", 8),
             _row("Reserved", "0 MiB", 8),
@@ -302,6 +304,7 @@ def nvlink(state: State, args: list[str]) -> int:
                 print(f"\t Link {number}: Replay Errors: {link['replay_errors']}")
                 print(f"\t Link {number}: Recovery Errors: {link['recovery_errors']}")
                 print(f"\t Link {number}: CRC Errors: {link['crc_errors']}")
+                print()  # a blank line after each link's counters, as the real tool prints
             elif link["state"] == "up":
                 print(f"\t Link {number}: {link['speed_gbps']} GB/s")
             else:

@@ -233,11 +233,12 @@ def cmd_driver_installed(_args: argparse.Namespace) -> int:
 
 
 def kernel_xid_line(gpu: dict[str, Any], event: dict[str, Any]) -> str:
-    """One XID event in the NVIDIA kernel module's format: NVRM: Xid (PCI:0000:18:00): 79, pid=0, ..."""
-    domain, bus, device = gpu["pci_bus_id"].split(".")[0].split(":")
+    """One XID event as drivers 535+ log it (tests/samples/dmesg-xid-*.log), e.g.
+    NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."""
+    domain, bus, device = gpu["pci_bus_id"].split(".")[0].lower().split(":")
     xid = int(event.get("xid", 0))
     message = str(event.get("message") or gpusim.XID_MESSAGES.get(xid, "Unknown XID")).rstrip(".")
-    return f"NVRM: Xid (PCI:{domain[-4:]}:{bus}:{device}): {xid}, pid=0, {message}."
+    return f"NVRM: Xid (PCI:{domain[-4:]}:{bus}:{device}): {xid}, pid='<unknown>', name=<unknown>, {message}."
 
 
 def cmd_kernel_log(args: argparse.Namespace) -> int:

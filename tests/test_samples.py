@@ -1,0 +1,456 @@
+"""Real NVIDIA tool output (tests/samples, sources in tests/samples/SOURCES.md) against the checker and the stand-ins.
+
+Issue 12, "keep the stand-ins honest": the other tests only ever run the health checker against our own stand-ins,
+so a wrong stand-in format would hide a wrong parser. Here (a) the checker's own parsers read output captured on
+real machines and must get the exact values, and (b) the stand-ins' output must have the same line shapes and key
+names as the real samples (regexes and key sets, never machine-specific values).
+
+Each disagreement these tests found (MIG Xid lines, the Xid line's case and fields, nvidia-smi -q's value column and
+nesting, nvlink -e's blank lines, dcgmi's table widths and rows) was fixed in the checker or the stand-in.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "tests" / "samples"
+STANDIN = ROOT / "tests" / "standin"
+CHECKER = ROOT / "roles" / "node_health" / "files" / "corectl-health-check"
+TOOLS = {
+    "gpu-sim": "gpusim/gpu_sim.py",
+    "nvidia-smi": "driver/nvidia_smi.py",
+    "nv-fabricmanager": "fabricmanager/nv_fabricmanager.py",
+    "nv-hostengine": "dcgm/nv_hostengine.py",
+    "dcgmi": "dcgm/dcgmi.py",
+}
+DRIVER = "580.95.05"
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+hc = load_script("corectl_health_check", CHECKER)
+
+
+def sample(name: str) -> str:
+    return (SAMPLES / name).read_text()
+
+
+class CannedNode(hc.Node):
+    """The checker's Node, answering commands from canned (real) output instead of running them."""
+
+    def __init__(self, outputs: dict[tuple[str, ...], str], driver: str | None = None, **settings: object) -> None:
+        config = json.loads(json.dumps({key: default for key, (_kind, default) in hc.SETTINGS.items()}))
+        config.update(settings)
+        super().__init__(config)
+        self.outputs = outputs
+        self.loaded_driver = driver
+
+    def run(self, *argv: str, timeout: float | None = None) -> object:
+        if argv in self.outputs:
+            return hc.Result(0, self.outputs[argv], "")
+        return hc.Result(2, "", f"not canned: {argv}")
+
+    def driver(self) -> str:
+        return self.loaded_driver or super().driver()
+
+
+class Sim:
+    """A simulated DGX H100 in tmp_path, like tests/test_standin.py's Node: the stand-in tools and their state."""
+
+    def __init__(self, root: Path) -> None:
+        lib = root / "lib"
+        lib.mkdir()
+        for name, version in (("driver-version", DRIVER), ("fm-version", DRIVER), ("dcgm-version", "4.2.3")):
+            (lib / name).write_text(version + "\n")
+        self.sysfs = root / "sysfs"
+        self.env = dict(
+            os.environ,
+            GPU_SIM_STATE=str(root / "etc" / "gpus.json"),
+            GPU_SIM_LIB=str(lib),
+            GPU_SIM_RUN=str(root / "run"),
+            GPU_SIM_SYSFS=str(self.sysfs),
+            GPU_SIM_DEV=str(root / "dev"),
+            PYTHONDONTWRITEBYTECODE="1",
+        )
+        self.run("gpu-sim", "init", "--hostname", "dgx01")
+
+    def command(self, tool: str, *args: str) -> list[str]:
+        return [sys.executable, str(STANDIN / TOOLS[tool]), *args]
+
+    def run(self, tool: str, *args: str, check: int | None = 0) -> str:
+        result = subprocess.run(
+            self.command(tool, *args), env=self.env, capture_output=True, text=True, timeout=30, check=False
+        )
+        assert check is None or result.returncode == check, f"{tool} {args}: {result.stdout}{result.stderr}"
+        return result.stdout
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Sim:
+    return Sim(tmp_path)
+
+
+@pytest.fixture
+def engine(sim: Sim) -> Iterator[str]:
+    """A running stand-in nv-hostengine; yields the --host argument for dcgmi."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{sock.getsockname()[1]}"
+    cmd = sim.command("nv-hostengine", "-n", "--service-account", "nvidia-dcgm", "-p", host.split(":")[1])
+    proc = subprocess.Popen(cmd, env=sim.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while sim.run("dcgmi", "discovery", "-l", "--host", host, check=None).startswith("Error"):
+            assert time.monotonic() < deadline, "stand-in nv-hostengine did not start"
+            time.sleep(0.05)
+        yield host
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------- (a) the checker reads real output
+
+H100_8GPU_BUSES = ["19", "3B", "4C", "5D", "9B", "BB", "CB", "DB"]
+
+
+def test_fabric_state_of_a_real_h100():
+    report = sample("nvidia-smi-q.h100-sxm.545.23.08.txt")
+    assert hc.fabric_states(report) == [("00000000:19:00.0", "Completed", "Success")]
+    node = CannedNode({("nvidia-smi", "-q"): report}, gpu_count=1, nvswitch=True)
+    assert hc.check_fabric(node) == "fabric Completed on 1 GPUs"
+
+
+def test_fabric_state_of_a_real_8_gpu_h100_node():
+    report = sample("nvidia-smi-q.h100-8gpu.535.161.08.trimmed.txt")
+    assert hc.fabric_states(report) == [(f"00000000:{bus}:00.0", "Completed", "Success") for bus in H100_8GPU_BUSES]
+    node = CannedNode({("nvidia-smi", "-q"): report}, gpu_count=8, nvswitch=True)
+    assert hc.check_fabric(node) == "fabric Completed on 8 GPUs"
+
+
+def test_fabric_health_subsection_does_not_hide_state():
+    # the real lines come from `nvidia-smi -q | grep -C3`, which drops the GPU header: we add one of our own
+    report = "GPU 00000000:18:00.0\n" + sample("nvidia-smi-q-fabric.grep-C3.dra-driver-626.txt")
+    assert hc.fabric_states(report) == [("00000000:18:00.0", "Completed", "Success")]
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "links", "speed"),
+    [
+        ("nvidia-smi-nvlink-s.a100-sxm4-80gb.txt", 8, 12, "25 GB/s"),
+        ("nvidia-smi-nvlink-s.h100-80gb-hbm3.txt", 2, 18, "26.562 GB/s"),
+    ],
+)
+def test_nvlink_status_of_real_gpus(name: str, gpus: int, links: int, speed: str):
+    status = hc.nvlink_status(sample(name))
+    assert status == {gpu: dict.fromkeys(range(links), speed) for gpu in range(gpus)}
+    node = CannedNode({("nvidia-smi", "nvlink", "-s"): sample(name)}, gpu_count=gpus, nvlink_links=links)
+    assert hc.check_nvlink(node) == f"{gpus} GPUs x {links} links active (error counters unavailable)"
+
+
+def test_nvlink_error_counters_of_a_real_h100():
+    counters = hc.nvlink_counters(sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt"))
+    names = ["Replay Errors", "Recovery Errors", "CRC Errors"]
+    assert counters == [(0, link, name, 0) for link in (0, 1, 17) for name in names]
+
+
+@pytest.mark.parametrize(
+    ("name", "events"),
+    [
+        ("dmesg-xid-79.akash-support-209.log", [("PCI:0000:a1:00", 79, "GPU has fallen off the bus.")]),
+        (
+            "dmesg-xid.akash-support-244.log",
+            [
+                ("PCI:0000:00:05", 43, "Ch 00000008"),
+                ("PCI:0000:00:05", 43, "Ch 00000008"),
+                ("PCI:0000:00:07", 31, "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_8 faulted"
+                 " @ 0x73ac_1c000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"),
+                ("PCI:0000:00:08", 94, "Contained: SM (0x1). RST: No, D-RST: No"),
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_xid_events_of_real_kernel_logs(name: str, events: list[tuple[str, int, str]]):
+    assert hc.xid_events(sample(name)) == events
+
+
+def test_xid_119_storm_on_a_real_h100_node():
+    events = hc.xid_events(sample("dmesg-xid-119.h100-xe9680.log"))
+    assert [(pci, xid) for pci, xid, _ in events] == [("PCI:0000:9b:00", 119)] * 5
+    assert events[-1][2] == (
+        "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
+        "(0x20803032 0x58c)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("dmesg-xid-79.akash-support-209.log", "XID 79 on PCI:0000:a1:00: GPU has fallen off the bus."),
+        ("dmesg-xid.akash-support-244.log", "XID 94 on PCI:0000:00:08: Contained: SM (0x1). RST: No, D-RST: No"),
+    ],
+)
+def test_xid_check_on_real_kernel_logs(name: str, message: str):
+    node = CannedNode({("journal",): sample(name)}, gpu_count=8, xid_command=["journal"])  # 43 and 31 are ignored
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(node)
+    assert str(failed.value) == message
+
+
+def test_xid_on_a_mig_instance_is_seen():
+    events = hc.xid_events(sample("xid-mig-examples.nvidia-docs.txt"))
+    assert [xid for _pci, xid, _ in events] == [94, 94, 95]
+    assert events[0][0] == "PCI:0000:01:00 GPU-I:05"  # the MIG instance is named in the check's message
+
+
+def test_fabric_manager_version_of_a_real_node():
+    output = sample("nv-fabricmanager-version.535.161.08.txt")
+    driver = re.search(r"^Driver Version\s+: (\S+)$", sample("nvidia-smi-q.h100-8gpu.535.161.08.trimmed.txt"), re.M)
+    assert driver
+    node = CannedNode({("nv-fabricmanager", "--version"): output}, driver=driver.group(1), gpu_count=8, nvswitch=True)
+    assert hc.check_fm_version(node) == "Fabric Manager 535.161.08 matches the driver"
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "row"),
+    [
+        (
+            "nvidia-smi-query-gpu.name-mem-driver-devid.csv-noheader.txt",
+            ["name", "memory.total", "driver_version", "pci.device_id"],
+            ["Quadro RTX 6000", "24576 MiB", "570.211.01", "0x1E3010DE"],
+        ),
+        (
+            "nvidia-smi-query-gpu.h100-nvl.name-devid.csv-noheader.txt",
+            ["name", "pci.device_id"],
+            ["NVIDIA H100 NVL", "0x232110DE"],
+        ),
+    ],
+)  # fmt: skip
+def test_query_gpu_csv_of_real_nodes(name: str, fields: list[str], row: list[str]):
+    argv = ("nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits")
+    rows = CannedNode({argv: sample(name)})._query(fields)
+    assert rows == [dict(zip(fields, row, strict=True))] * len(sample(name).splitlines())
+
+
+def test_ib_rate_of_a_real_port(tmp_path: Path):
+    port = tmp_path / "mlx5_bond_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "rate").write_text(sample("sysfs-infiniband-rate.mlx5_bond_0.txt"))
+    (port / "state").write_text("4: ACTIVE\n")  # the kernel's "%d: %s\n" (drivers/infiniband/core/sysfs.c)
+    node = CannedNode({}, ib_sysfs_root=str(tmp_path), ib_ports=1, ib_rate_gbps=200)
+    assert hc.check_ib(node) == "1 IB ports active at >= 200 Gb/s"
+    node = CannedNode({}, ib_sysfs_root=str(tmp_path), ib_ports=1, ib_rate_gbps=400)
+    with pytest.raises(hc.CheckFailed, match=r"mlx5_bond_0/1 at 200 Gb/s < 400"):
+        hc.check_ib(node)
+
+
+def chrony_csv_fields() -> list[str]:
+    """`chronyc -c tracking` field names, in order, from the real human-readable `chronyc tracking` sample."""
+    keys = [line.split(":", 1)[0].strip() for line in sample("chronyc-tracking.rockstor-2098.txt").splitlines()]
+    return ["Reference ID", "Reference name", *keys[1:]]  # "Reference ID : 55C7D664 (85.199.214.100)" is two fields
+
+
+def test_chrony_csv_fields_the_checker_reads():
+    fields = chrony_csv_fields()
+    spec = sample("chronyc-c-tracking.expected-regex.chrony-test-110.txt").strip()
+    assert len(fields) == spec.count(",") + 1 == 14
+    assert spec.endswith(",Normal$")
+    # check_clock reads fields[0]/[1] (source), [2] (stratum), [4] (offset) and [13] (leap status)
+    assert [fields[i] for i in (0, 1, 2, 4, 13)] == [
+        "Reference ID", "Reference name", "Stratum", "System time", "Leap status",
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- (b) the stand-ins look like the real tools
+
+NVLINK_HEADER = re.compile(r"^GPU \d+: NVIDIA [^()]+ \(UUID: GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\)$")
+NVLINK_SPEED = re.compile(r"^\s+Link \d+: (\d+(\.\d+)? GB/s|<inactive>)$")
+NVLINK_ERRORS = re.compile(r"^\s+Link \d+: (Replay|Recovery|CRC) Errors: \d+$")
+# the Xid line of drivers 535 and later, in every real kernel log sample
+XID_SHAPE = re.compile(r"NVRM: Xid \(PCI:[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\): \d+, pid=[^,]+, name=[^,]+, \S")
+REAL_CSV = "nvidia-smi-query-gpu.name-mem-driver-devid.csv-noheader.txt"
+IBSTAT = "ibstat.h100-node.cx7.txt"
+REAL_LOGS = ["dmesg-xid-79.akash-support-209.log", "dmesg-xid.akash-support-244.log", "dmesg-xid-119.h100-xe9680.log"]
+
+
+def line_shapes(text: str, shapes: list[re.Pattern]) -> set[str]:
+    """Which of the patterns the non-empty lines match (a line matching none counts as itself)."""
+    return {next((p.pattern for p in shapes if p.match(line)), line) for line in text.splitlines() if line.strip()}
+
+
+def test_standin_nvlink_status_has_the_real_shape(sim: Sim):
+    shapes = [NVLINK_HEADER, NVLINK_SPEED]
+    real = line_shapes(sample("nvidia-smi-nvlink-s.h100-80gb-hbm3.txt"), shapes)
+    assert real == line_shapes(sample("nvidia-smi-nvlink-s.a100-sxm4-80gb.txt"), shapes) == {p.pattern for p in shapes}
+    assert line_shapes(sim.run("nvidia-smi", "nvlink", "-s"), shapes) == real
+
+
+def test_standin_nvlink_errors_have_the_real_shape(sim: Sim):
+    shapes = [NVLINK_HEADER, NVLINK_ERRORS]
+    real = line_shapes(sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt"), shapes)
+    assert real == {p.pattern for p in shapes}
+    assert line_shapes(sim.run("nvidia-smi", "nvlink", "-e"), shapes) == real
+
+
+def test_standin_nvlink_errors_separate_links(sim: Sim):
+    def blank_after_crc(text: str) -> bool:
+        lines = text.splitlines()
+        return all(lines[i + 1] == "" for i, line in enumerate(lines[:-1]) if "CRC Errors" in line)
+
+    assert blank_after_crc(sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt"))
+    assert blank_after_crc(sim.run("nvidia-smi", "nvlink", "-e", "-i", "0"))
+
+
+def q_sections(report: str) -> dict[str, set[str]]:
+    """`nvidia-smi -q` per-GPU sections (4-space keys) -> their 8-space keys; '' holds the 4-space keys themselves."""
+    sections: dict[str, set[str]] = {"": set()}
+    current = ""
+    for line in report.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        key = line.split(":", 1)[0].strip()
+        if indent == 4:
+            current = key
+            sections[""].add(key)
+            sections.setdefault(key, set())
+        elif indent == 8 and current:
+            sections[current].add(key)
+    return sections
+
+
+REAL_Q = ["nvidia-smi-q.h100-sxm.545.23.08.txt", "nvidia-smi-q.h100-8gpu.535.161.08.trimmed.txt"]
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        "", "Fabric", "ECC Errors", "Remapped Rows", "Retired Pages", "ECC Mode", "MIG Mode",
+        "Clocks Event Reasons",
+    ],
+)  # fmt: skip
+def test_standin_q_keys_are_real_keys(sim: Sim, section: str):
+    real: set[str] = set()
+    for name in [*REAL_Q, "nvidia-smi-q-fabric.grep-C3.dra-driver-626.txt"]:  # the last adds newer Fabric keys
+        real |= q_sections(sample(name)).get(section, set())
+    standin = q_sections(sim.run("nvidia-smi", "-q"))[section]
+    assert standin, f"stand-in -q has no section {section!r}"
+    assert standin <= real, f"keys not in any real sample: {sorted(standin - real)}"
+
+
+def test_standin_q_gpu_headers_have_the_real_shape(sim: Sim):
+    header = re.compile(r"^GPU [0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+    real = [line for line in sample(REAL_Q[1]).splitlines() if line.startswith("GPU ")]
+    standin = [line for line in sim.run("nvidia-smi", "-q").splitlines() if line.startswith("GPU ")]
+    assert len(real) == len(standin) == 8
+    assert all(header.match(line) for line in real + standin)
+
+
+def test_standin_q_values_start_in_the_real_column(sim: Sim):
+    def colons(text: str) -> set[int]:
+        return {line.index(" : ") + 1 for line in text.splitlines() if " : " in line}
+
+    assert colons(sample(REAL_Q[0])) == {42}
+    assert colons(sim.run("nvidia-smi", "-q")) == {42}
+
+
+def test_real_xid_lines_share_one_shape():
+    for name in REAL_LOGS:
+        lines = [line for line in sample(name).splitlines() if "NVRM: Xid" in line]
+        assert lines and all(XID_SHAPE.search(line) for line in lines), name
+
+
+def test_standin_xid_pci_address_is_lower_case(sim: Sim):
+    sim.run("gpu-sim", "fault", "xid", "--gpu", "5")  # bus AB
+    line = sim.run("gpu-sim", "kernel-log").strip()
+    assert re.search(r"Xid \(PCI:[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\)", line), line
+
+
+def test_standin_xid_line_has_the_real_shape(sim: Sim):
+    sim.run("gpu-sim", "fault", "xid", "--gpu", "0")  # bus 18: digits only, so the case does not matter
+    line = sim.run("gpu-sim", "kernel-log").strip()
+    assert XID_SHAPE.search(line), line
+
+
+def test_standin_fabric_manager_version_has_the_real_shape(sim: Sim):
+    shape = re.compile(r"^Fabric Manager version is : \d+\.\d+\.\d+$")
+    assert shape.match(sample("nv-fabricmanager-version.535.161.08.txt").strip())
+    assert shape.match(sim.run("nv-fabricmanager", "--version").strip())
+
+
+def test_standin_query_gpu_csv_has_the_real_separator(sim: Sim):
+    fields = ["name", "memory.total", "driver_version"]
+    real = [line.split(", ")[:3] for line in sample(REAL_CSV).splitlines()]
+    out = sim.run("nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader")
+    standin = [line.split(", ") for line in out.splitlines()]
+    for row in real + standin:
+        assert len(row) == 3
+        assert re.fullmatch(r"\d+ MiB", row[1]) and re.fullmatch(r"\d+\.\d+(\.\d+)?", row[2]), row
+
+
+def test_standin_ib_sysfs_has_the_real_shape(sim: Sim):
+    rate = re.compile(r"^\d+ Gb/sec \(\d+X [A-Z]+\)$")
+    state = re.compile(r"^\d: (NOP|DOWN|INIT|ARMED|ACTIVE|ACTIVE_DEFER)$")  # kernel ib_port_state names
+    assert rate.match(sample("sysfs-infiniband-rate.mlx5_bond_0.txt"))
+    ports = sorted((sim.sysfs / "class" / "infiniband").glob("*/ports/*"))
+    assert all(rate.match((p / "rate").read_text().strip()) and state.match((p / "state").read_text().strip())
+               for p in ports)  # fmt: skip
+    # the real H100 node: eight 400 Gb/s InfiniBand ports (plus an Ethernet bond, which the checker skips)
+    blocks = [dict(re.findall(r"^\s+([^:\n]+): (.*)$", block, re.M)) for block in sample(IBSTAT).split("CA '")[1:]]
+    real = [b["Rate"] for b in blocks if b["Link layer"] == "InfiniBand" and b["State"] == "Active"]
+    assert real == ["400"] * 8 == [(p / "rate").read_text().split()[0] for p in ports]
+
+
+def test_standin_chronyc_csv_has_the_real_fields():
+    fake = load_script("health_check_tests", ROOT / "tests" / "test_health_check.py").CHRONY_SYNCED.strip().split(",")
+    assert len(fake) == len(chrony_csv_fields()) == 14
+    assert re.fullmatch(r"[0-9A-F]{8}", fake[0]) and fake[2].isdigit()
+    assert all(re.fullmatch(r"[+-]?\d+\.\d+", value) for value in fake[3:13]), fake
+    assert fake[13] in ("Normal", "Insert second", "Delete second", "Not synchronised")
+
+
+def box_widths(text: str) -> set[int]:
+    return {len(line.rstrip()) for line in text.splitlines() if line.startswith(("|", "+"))}
+
+
+def test_standin_dcgmi_discovery_has_the_real_table(sim: Sim, engine: str):
+    real = sample("dcgmi-discovery-l.h100-sxm.dcgm-229.txt")
+    out = sim.run("dcgmi", "discovery", "-l", "--host", engine)
+    assert re.match(r"^\d+ GPUs found\.$", real.splitlines()[0]) and re.match(
+        r"^\d+ GPUs found\.$", out.splitlines()[0]
+    )
+    assert box_widths(real) == {81}
+    gpu_table = out.split("NvSwitch")[0]
+    assert box_widths(gpu_table) == {81}
+
+
+def test_standin_dcgmi_diag_has_the_real_table(sim: Sim, engine: str):
+    def rows(text: str) -> set[str]:
+        return {m.group(1).strip() for m in re.finditer(r"^\| ([^|]+?)\s+\| ", text, re.M)}
+
+    metadata = {"DCGM Version", "Driver Version Detected", "GPU Device IDs Detected"}
+    for name in ("dcgmi-diag-r3.h100-8gpu.fabric-not-ready.txt", "dcgmi-diag-r3.h200-8gpu.pass.txt"):
+        assert box_widths(sample(name)) == {78} and metadata <= rows(sample(name))
+    out = sim.run("dcgmi", "diag", "-r", "1", "--host", engine)
+    assert out.splitlines()[0] == "Successfully ran diagnostic for group."
+    assert box_widths(out) == {78}
+    assert {"DCGM Version", "Driver Version Detected"} <= rows(out) <= rows(sample("dcgmi-diag-r3.h200-8gpu.pass.txt"))
