@@ -26,18 +26,10 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+# the stand-in tools and the checker, as the checker's own tests run them
+from test_health_check import CHECKER, DRIVER, ROOT, STANDIN, TOOLS
+
 SAMPLES = ROOT / "tests" / "samples"
-STANDIN = ROOT / "tests" / "standin"
-CHECKER = ROOT / "roles" / "node_health" / "files" / "corectl-health-check"
-TOOLS = {
-    "gpu-sim": "gpusim/gpu_sim.py",
-    "nvidia-smi": "driver/nvidia_smi.py",
-    "nv-fabricmanager": "fabricmanager/nv_fabricmanager.py",
-    "nv-hostengine": "dcgm/nv_hostengine.py",
-    "dcgmi": "dcgm/dcgmi.py",
-}
-DRIVER = "580.95.05"
 
 
 def load_script(name: str, path: Path) -> ModuleType:
