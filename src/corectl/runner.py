@@ -216,8 +216,12 @@ class _Tally:
         if kind == "ok" and res.get("changed"):
             stats.changed += 1
         if kind in ("failed", "unreachable") and host not in self.messages:
-            text = str(res.get("msg") or res.get("stderr") or kind).strip()
-            self.messages[host] = f"{data.get('task', '')}: {' '.join(text.split())}"[:300]
+            text = str(res.get("msg") or res.get("stderr") or kind)
+            lines = [line.strip() for line in text.splitlines() if line.strip().strip("@")]
+            # SSH says why it gave up last ("Host key verification failed.", "Connection refused");
+            # a failed task says it first
+            detail = (lines[-1] if kind == "unreachable" else lines[0]) if lines else kind
+            self.messages[host] = f"{data.get('task', '')}: {detail}"[:300]
 
 
 class _Cancel:
