@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from corectl.runner import RunRequest, run_playbook, runner_kwargs, stats_from_event
+from corectl.runner import RunRequest, failure_detail, run_playbook, runner_kwargs, stats_from_event
 from corectl.site import Site, resolve_site
 
 PROBE = """
@@ -84,3 +84,14 @@ def test_stats_from_event_counts_dark_as_unreachable():
     assert stats["a"].ok == 3 and stats["a"].changed == 2 and stats["a"].failed == 0
     assert stats["b"].failed == 1
     assert stats["c"].unreachable == 1
+
+
+def test_failure_detail_names_the_reason():
+    banner = (
+        'Data could not be sent to remote host "127.0.0.1": @@@@@@@@@@@@\r\n@ WARNING: REMOTE HOST IDENTIFICATION '
+        "HAS CHANGED! @\r\n@@@@@@@@@@@@\r\nOffending ED25519 key in known_hosts:2\r\nHost key verification failed."
+    )
+    assert failure_detail({"res": {"msg": banner}}, unreachable=True) == "Host key verification failed."
+    failed = {"res": {"msg": "non-zero return code", "stderr": "E: Unable to locate package x"}}
+    assert failure_detail(failed, unreachable=False) == "non-zero return code"
+    assert failure_detail({"res": {"msg": "@@@@\n\n"}}, unreachable=True) == "unreachable"

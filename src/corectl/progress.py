@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from corectl.runner import RunResult
+from corectl.runner import RunResult, failure_detail
 
 
 class LiveProgress:
@@ -68,12 +68,8 @@ class LiveProgress:
             res = data.get("res") or {}
             if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
                 self.hosts_failed.add(host)
-                message = str(res.get("msg") or res.get("stderr") or "failed").strip().splitlines()
-                self.console.print(
-                    f"[red]FAILED[/red] {host}: {data.get('task', '')}: {message[0] if message else ''}",
-                    markup=True,
-                    highlight=False,
-                )
+                detail = failure_detail(data, unreachable=kind == "runner_on_unreachable")
+                self.console.print(Text.assemble(("FAILED", "red"), f" {host}: {data.get('task', '')}: {detail}"))
             elif kind == "runner_on_ok" and res.get("changed"):
                 self.hosts_changed.add(host)
         if self._live is not None:

@@ -184,6 +184,17 @@ def stats_from_event(event_data: dict[str, Any]) -> dict[str, HostStats]:
     return hosts
 
 
+def failure_detail(event_data: dict[str, Any], unreachable: bool) -> str:
+    """The line that says why a task failed (its first) or why a host was unreachable (SSH says
+    it last: "Host key verification failed.", "Connection refused"); banner lines dropped."""
+    res = event_data.get("res") or {}
+    text = str(res.get("msg") or res.get("stderr") or ("unreachable" if unreachable else "failed"))
+    lines = [line.strip() for line in text.splitlines() if line.strip().strip("@")]
+    if not lines:
+        return "unreachable" if unreachable else "failed"
+    return lines[-1] if unreachable else lines[0]
+
+
 class _Tally:
     """Per-host counts taken from the task events as they come.
 
@@ -208,19 +219,14 @@ class _Tally:
         if not host or kind is None:
             return
         stats = self.hosts.setdefault(host, HostStats())
-        res = data.get("res") or {}
         if kind == "failed" and data.get("ignore_errors"):
             stats.ignored += 1
             return
         setattr(stats, kind, getattr(stats, kind) + 1)
-        if kind == "ok" and res.get("changed"):
+        if kind == "ok" and (data.get("res") or {}).get("changed"):
             stats.changed += 1
         if kind in ("failed", "unreachable") and host not in self.messages:
-            text = str(res.get("msg") or res.get("stderr") or kind)
-            lines = [line.strip() for line in text.splitlines() if line.strip().strip("@")]
-            # SSH says why it gave up last ("Host key verification failed.", "Connection refused");
-            # a failed task says it first
-            detail = (lines[-1] if kind == "unreachable" else lines[0]) if lines else kind
+            detail = failure_detail(data, unreachable=kind == "unreachable")
             self.messages[host] = f"{data.get('task', '')}: {detail}"[:300]
 
 
