@@ -74,6 +74,9 @@ def _changing(site: Any, wait: float) -> Iterator[None]:
     """Hold the site's lock (one changing command per site); the holder is this command line."""
     from corectl.lock import site_lock
 
+    if not site.directory.is_dir():  # no such site: the command says so itself, and nothing is created
+        yield
+        return
     command = shlex.join(sys.argv[1:])
     with site_lock(site, command, wait=wait, warn=lambda line: err.print(line, markup=False, soft_wrap=True)):
         yield
@@ -444,6 +447,7 @@ def lab_up(
 
     site = _site(inventory)
     spec = LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix, ceph=ceph)
+    site.directory.mkdir(parents=True, exist_ok=True)  # a new lab's site: locked like any other
     with _changing(site, wait):
         started, ceph_address = start(spec)
     for node in started:

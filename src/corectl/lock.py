@@ -108,7 +108,6 @@ def _try_flock(fd: int) -> bool:
 
 def acquire(site: Site, command: str, *, wait: float = 0.0, warn: Callable[[str], None] = print) -> SiteLock:
     """Take the site's lock for ``command``; raise CorectlError(exit SITE_BUSY) while another holds it."""
-    site.directory.mkdir(parents=True, exist_ok=True)
     path = lock_file(site)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     deadline = time.monotonic() + max(wait, 0.0)
