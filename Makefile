@@ -6,7 +6,7 @@ export PATH := $(BIN):$(PATH)
 PYTHON ?= python3
 MOLECULE_SCENARIOS ?=
 
-.PHONY: setup lab lab-down test lint pytest molecule image
+.PHONY: setup lab lab-down test lint pytest molecule image bench
 
 setup: $(VENV)/.installed
 
@@ -43,3 +43,8 @@ pytest: setup
 # molecule/<s>/secret-patterns (test-only secrets) must not appear in it.
 molecule: setup
 	python tests/stages.py molecule $(MOLECULE_SCENARIOS)
+
+# What a run costs and how it grows with the cluster (bench/fleet.py; docs/performance.md).
+# Starts its own lab: not while the e2e test or `make lab` runs. BENCH_ARGS="--sizes 1,2".
+bench: setup
+	python bench/fleet.py $(BENCH_ARGS)

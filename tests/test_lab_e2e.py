@@ -39,8 +39,8 @@ def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.Co
     return proc
 
 
-def docker_exec(container: str, *argv: str) -> str:
-    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=True).stdout
+def docker_exec(container: str, *argv: str, check: bool = True) -> str:
+    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=check).stdout
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -596,6 +596,39 @@ def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_
     assert through[:2] == ("COMPLETED", "0:0"), through
     # remove-node left nothing for the next run
     assert_provision_changes_nothing(lab, {"e2e-head01", "e2e-dgx01", "e2e-dgx02"})
+
+
+# Hand-made drift on one converged node, and the task that must repair each (docs/performance.md:
+# the fast paths that skip modules on a converged node must still see every one of these).
+DRIFT = [
+    (["sh", "-c", "echo 'ENROOT_ROOTFS_WRITABLE yes' >> /etc/enroot/enroot.conf"], "enroot: Write enroot.conf"),
+    (["systemctl", "stop", "prometheus-node-exporter"], "node_exporter: Enable and start node_exporter"),
+    (["chmod", "0644", "/etc/munge/munge.key"], "munge: Install the cluster's munge key"),
+    (["userdel", "alice"], "users: Create users"),
+    (
+        ["sed", "-i", "/pam_slurm_adopt/d", "/etc/pam.d/sshd"],
+        "pam_slurm_adopt: Put pam_access and pam_slurm_adopt in sshd's account stack",
+    ),
+]
+
+
+def test_provision_repairs_drift_and_reports_exactly_what_it_repaired(lab: Path):
+    from corectl.commands.provision import changes_from
+
+    for argv, _ in DRIFT:
+        docker_exec(DGX1, *argv)
+    assert docker_exec(DGX1, "systemctl", "is-active", "prometheus-node-exporter", check=False).strip() == "inactive"
+    corectl("provision", "--inventory", str(lab))
+    run_dir = sorted((lab / ".runs").glob("*/corectl.json"))[-1].parent
+    events = [json.loads(path.read_text()) for path in sorted((run_dir / "job_events").glob("*.json"))]
+    expected = [task for _, task in DRIFT] + ["munge: Restart munge"]  # the handler of the key's mode
+    assert {host: sorted(tasks) for host, tasks in changes_from(events).items()} == {"e2e-dgx01": sorted(expected)}
+    # and the node is as declared again
+    assert docker_exec(DGX1, "systemctl", "is-active", "prometheus-node-exporter").strip() == "active"
+    assert docker_exec(DGX1, "stat", "-c", "%a %U", "/etc/munge/munge.key").split() == ["400", "munge"]
+    assert docker_exec(DGX1, "id", "-u", "alice").strip() == "20001"
+    assert "ENROOT_ROOTFS_WRITABLE yes" not in docker_exec(DGX1, "cat", "/etc/enroot/enroot.conf")
+    assert "pam_slurm_adopt.so" in docker_exec(DGX1, "cat", "/etc/pam.d/sshd")
 
 
 def test_limit_check_and_diff_pass_through(lab: Path):

@@ -95,3 +95,29 @@ def test_failure_detail_names_the_reason():
     failed = {"res": {"msg": "non-zero return code", "stderr": "E: Unable to locate package x"}}
     assert failure_detail(failed, unreachable=False) == "non-zero return code"
     assert failure_detail({"res": {"msg": "@@@@\n\n"}}, unreachable=True) == "unreachable"
+
+
+def test_the_accelerator_is_stock_unless_asked_for_and_names_what_is_missing(monkeypatch):
+    import importlib.util
+
+    import pytest
+
+    from corectl.errors import CorectlError
+    from corectl.runner import accelerator_env
+
+    monkeypatch.delenv("CORECTL_ACCELERATOR", raising=False)
+    assert accelerator_env() == {}
+    assert accelerator_env("none") == {}
+    unknown = r"^CORECTL_ACCELERATOR=turbo: unknown accelerator \(one of: none, mitogen\)$"
+    with pytest.raises(CorectlError, match=unknown):
+        accelerator_env("turbo")
+    if importlib.util.find_spec("ansible_mitogen") is None:
+        with pytest.raises(CorectlError, match="mitogen is not installed"):
+            accelerator_env("mitogen")
+        return
+    env = accelerator_env("mitogen")
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(CorectlError, match=r"pip install 'corectl\[mitogen\]'"):
+        accelerator_env("mitogen")

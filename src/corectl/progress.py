@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from corectl.runner import RunResult, failure_detail
+from corectl.runner import RunResult, failure_detail, reported_change
 
 
 class LiveProgress:
@@ -65,12 +65,11 @@ class LiveProgress:
             self.tasks += 1
         elif kind.startswith("runner_on_") and host:
             self.hosts_seen.add(host)
-            res = data.get("res") or {}
             if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
                 self.hosts_failed.add(host)
                 detail = failure_detail(data, unreachable=kind == "runner_on_unreachable")
                 self.console.print(Text.assemble(("FAILED", "red"), f" {host}: {data.get('task', '')}: {detail}"))
-            elif kind == "runner_on_ok" and res.get("changed"):
+            elif kind == "runner_on_ok" and reported_change(event):
                 self.hosts_changed.add(host)
         if self._live is not None:
             self._live.update(self._render())

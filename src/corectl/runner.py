@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -19,6 +21,7 @@ from types import FrameType
 from typing import Any, ClassVar
 
 from corectl import lock
+from corectl.errors import CorectlError
 from corectl.secrets import password_file_for_run
 from corectl.site import Site
 
@@ -89,6 +92,31 @@ def default_forks() -> int:
     return max(5, min(100, (os.cpu_count() or 2) * 10))
 
 
+ACCELERATORS = ("none", "mitogen")
+
+
+def accelerator_env(name: str | None = None) -> dict[str, str]:
+    """Ansible settings for CORECTL_ACCELERATOR: none (stock linear strategy) or mitogen.
+
+    Mitogen keeps one Python interpreter per node for the whole run instead of starting one per
+    task; it is opt-in because it hooks into strategy plugins that ansible-core has deprecated.
+    """
+    name = (name if name is not None else os.environ.get("CORECTL_ACCELERATOR", "")) or "none"
+    if name not in ACCELERATORS:
+        raise CorectlError(f"CORECTL_ACCELERATOR={name}: unknown accelerator (one of: {', '.join(ACCELERATORS)})")
+    if name == "none":
+        return {}
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or spec.origin is None:
+        raise CorectlError(
+            "CORECTL_ACCELERATOR=mitogen: mitogen is not installed beside corectl (pip install 'corectl[mitogen]')"
+        )
+    return {
+        "ANSIBLE_STRATEGY_PLUGINS": str(Path(spec.origin).parent / "plugins" / "strategy"),
+        "ANSIBLE_STRATEGY": "mitogen_linear",
+    }
+
+
 def shared_inventory(private_dir: Path, root: Path) -> Path:
     """An empty inventory whose group_vars/ is the project's shared group_vars/.
 
@@ -146,6 +174,7 @@ def runner_kwargs(
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir(site)),
             "ANSIBLE_FORCE_COLOR": "False",
             "PATH": _path_with_ansible(),
+            **accelerator_env(),
         },
     }
     if vault_password_file is not None:
@@ -182,6 +211,18 @@ def stats_from_event(event_data: dict[str, Any]) -> dict[str, HostStats]:
         for host, count in (event_data.get(source) or {}).items():
             setattr(hosts.setdefault(host, HostStats()), target, int(count))
     return hosts
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def reported_change(event: dict[str, Any]) -> bool:
+    """Whether a task result event reports a change. A no_log result is censored down to a
+    notice (no "changed" key); Ansible's own "changed: [host]" line still says it."""
+    res = (event.get("event_data") or {}).get("res") or {}
+    if "changed" in res:
+        return bool(res["changed"])
+    return _ANSI.sub("", str(event.get("stdout", ""))).startswith("changed: [")
 
 
 def failure_detail(event_data: dict[str, Any], unreachable: bool) -> str:
@@ -223,7 +264,7 @@ class _Tally:
             stats.ignored += 1
             return
         setattr(stats, kind, getattr(stats, kind) + 1)
-        if kind == "ok" and (data.get("res") or {}).get("changed"):
+        if kind == "ok" and reported_change(event):
             stats.changed += 1
         if kind in ("failed", "unreachable") and host not in self.messages:
             detail = failure_detail(data, unreachable=kind == "unreachable")

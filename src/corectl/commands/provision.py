@@ -10,7 +10,7 @@ from rich.table import Table
 from corectl import secrets
 from corectl.commands.inventory import render_site
 from corectl.progress import LiveProgress, summary_table
-from corectl.runner import EventSink, RunRequest, RunResult, run_playbook
+from corectl.runner import EventSink, RunRequest, RunResult, reported_change, run_playbook
 from corectl.site import Site
 
 
@@ -53,7 +53,7 @@ def changes_from(events: list[dict[str, Any]]) -> dict[str, list[str]]:
         if event.get("event") not in ("runner_on_ok", "runner_item_on_ok"):
             continue
         data = event.get("event_data", {})
-        if not (data.get("res") or {}).get("changed"):
+        if not reported_change(event):
             continue
         task = f"{data.get('role', '')}: {data.get('task', '')}".lstrip(": ")
         tasks = changes.setdefault(str(data.get("host")), [])

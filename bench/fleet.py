@@ -1,0 +1,363 @@
+"""`make bench`: what a corectl run costs and how that grows with the cluster.
+
+Every figure is printed beside a baseline measured in the same run (these machines are noisy):
+
+  render   validate + render at 13, 1,000 and 10,000 nodes (time, peak RSS) and
+           `ansible-inventory --list` on the 10,000-node hosts.yml; ratio to the 13-node site.
+  full     a full provision of a fresh bench lab (head + 1 DGX), with its ten slowest tasks.
+  noop     no-op provision of the converged lab at each size in --sizes (DGX stand-ins + head):
+           corectl's default, corectl with CORECTL_ACCELERATOR=mitogen, and the same playbook
+           and inventory run by plain ansible-playbook with Ansible's stock settings (no
+           pipelining, forks 5, no fact cache); wall time, controller CPU, the slope per added
+           node and each variant's ratio to stock.
+  addnode  wall time and hosts touched by add-node on the lab at its first and at its last size.
+
+    .venv/bin/python bench/fleet.py [--sizes 1,2,4,8] [--only render,full,noop,addnode] [--keep]
+
+The bench lab is its own (172.29.220.0/24, SSH ports 22400+, names bench-*): never run it while
+the e2e test or another lab uses the same machine, the figures would be meaningless. Results go
+to build/bench.json and are printed as one table; docs/performance.md quotes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CORECTL = str(BIN / "corectl")
+SITE = ROOT / "build" / "bench" / "benchlab"
+SUBNET, PORT_BASE, PREFIX = "172.29.220.0/24", 22400, "bench-"
+RESULTS = ROOT / "build" / "bench.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from render_scale import site_with  # noqa: E402
+
+
+@dataclass
+class Sample:
+    wall: float
+    cpu: float  # user + system seconds of the command and every child it waited for
+    rss_mb: float
+    output: str
+
+
+def measure(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> Sample:
+    """Run a command; its wall time, CPU and peak RSS (wait4 counts the children it reaped)."""
+    with tempfile.TemporaryFile("w+") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        text = out.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"bench: {' '.join(argv)} failed:\n{text[-3000:]}")
+    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text)
+
+
+# --- render ------------------------------------------------------------------------------------
+
+RENDER_CHILD = """
+import sys, time
+from pathlib import Path
+from corectl.loader import load_cluster
+from corectl.render import render_text
+start = time.perf_counter()
+text = render_text(load_cluster(Path(sys.argv[1])))
+Path(sys.argv[2]).write_text(text)
+print(f"{time.perf_counter() - start:.4f}")
+"""
+
+
+def bench_render() -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dgx in (12, 999, 9999):
+            site = site_with(dgx, Path(tmp)) if dgx != 12 else ROOT / "inventories" / "core"
+            hosts = Path(tmp) / f"hosts{dgx}.yml"
+            sample = measure([sys.executable, "-c", RENDER_CHILD, str(site), str(hosts)])
+            rows.append(
+                {
+                    "nodes": dgx + 1,
+                    "render_s": float(sample.output.split()[-1]),
+                    "wall_s": sample.wall,
+                    "peak_rss_mb": sample.rss_mb,
+                }
+            )
+        inventory = measure([str(BIN / "ansible-inventory"), "-i", str(hosts), "--list"])
+        rows[-1]["ansible_inventory_s"] = inventory.wall
+        rows[-1]["ansible_inventory_rss_mb"] = inventory.rss_mb
+    base = rows[0]["render_s"] / rows[0]["nodes"]
+    for row in rows:
+        row["per_node_ratio"] = (row["render_s"] / row["nodes"]) / base
+    return rows
+
+
+# --- lab ---------------------------------------------------------------------------------------
+
+
+def corectl(*args: str, env: dict[str, str] | None = None) -> Sample:
+    return measure([CORECTL, *args, "--inventory", str(SITE)], env)
+
+
+def last_run() -> Path:
+    return sorted((SITE / ".runs").glob("2*/corectl.json"))[-1].parent
+
+
+def task_times(run_dir: Path) -> list[tuple[float, str]]:
+    """Wall seconds of each task (task start to the next task's start), slowest first."""
+    starts = []
+    for path in (run_dir / "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        if event["event"] == "playbook_on_task_start":
+            data = event["event_data"]
+            starts.append(
+                (
+                    event["counter"],
+                    datetime.fromisoformat(event["created"]),
+                    f"{data.get('role') or '-'}: {data.get('task')}",
+                )
+            )
+    starts.sort()
+    times: dict[str, float] = defaultdict(float)
+    for (_, start, name), (_, end, _) in itertools.pairwise(starts):
+        times[name] += (end - start).total_seconds()
+    return sorted(((t, n) for n, t in times.items()), reverse=True)
+
+
+def changed_hosts(run_dir: Path) -> dict[str, int]:
+    record = json.loads((run_dir / "corectl.json").read_text())
+    return {host: stats["changed"] for host, stats in record["hosts"].items()}
+
+
+STOCK_CFG = """[defaults]
+roles_path = {root}/roles
+interpreter_python = auto_silent
+force_valid_group_names = ignore
+retry_files_enabled = False
+"""
+
+
+def stock_noop(tmp: Path) -> Sample:
+    """The site playbook through plain ansible-playbook with Ansible's stock settings."""
+    from corectl.runner import shared_inventory, ssh_extra_args
+    from corectl.secrets import password_file_for_run
+    from corectl.site import resolve_site
+
+    site = resolve_site(str(SITE), ROOT)
+    private = Path(tempfile.mkdtemp(dir=tmp))
+    cfg = private / "ansible.cfg"
+    cfg.write_text(STOCK_CFG.format(root=ROOT))
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(shared_inventory(private, ROOT)),
+        "-i",
+        str(site.hosts_file),
+        "--extra-vars",
+        f"@{site.directory / 'secrets' / 'secrets.yml'}",
+        "--vault-password-file",
+        str(password_file_for_run(site, private)),
+        str(ROOT / "playbooks" / "site.yml"),
+    ]
+    env = {"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site), "ANSIBLE_FORCE_COLOR": "0"}
+    sample = measure(argv, env)
+    recap = sample.output[sample.output.rfind("PLAY RECAP") :]
+    counts = [int(n) for n in re.findall(r"\bchanged=(\d+)", recap)]
+    if not counts or any(counts):
+        raise SystemExit(f"bench: the stock run changed something:\n{recap}")
+    return sample
+
+
+VARIANTS = ("stock", "corectl", "mitogen")
+
+
+def noop(tmp: Path, dgx: int) -> dict[str, Any]:
+    """One no-op of each variant, in rotating order (drift in machine load hits each alike)."""
+    row: dict[str, Any] = {"dgx": dgx}
+    order = VARIANTS[dgx % 3 :] + VARIANTS[: dgx % 3]
+    for variant in order:
+        if variant == "stock":
+            sample = stock_noop(tmp)
+        else:
+            sample = corectl("provision", env={"CORECTL_ACCELERATOR": "mitogen" if variant == "mitogen" else "none"})
+            changed = changed_hosts(last_run())
+            if any(changed.values()):
+                raise SystemExit(f"bench: the {variant} no-op changed something: {changed}")
+        row[variant] = {"wall_s": round(sample.wall, 1), "cpu_s": round(sample.cpu, 1)}
+        print(f"  {dgx} DGX  {variant:8s} {sample.wall:6.1f} s wall  {sample.cpu:6.1f} s controller CPU", flush=True)
+    return row
+
+
+def grow(to: int, now: int) -> dict[str, Any]:
+    """Start DGX stand-ins until the lab has ``to``; the last add-node is timed."""
+    added: dict[str, Any] = {}
+    for index in range(now + 1, to + 1):
+        name = f"{PREFIX}dgx{index:02d}"
+        corectl("lab", "add")
+        sample = corectl(
+            "add-node",
+            name,
+            "--address",
+            f"172.29.220.{10 + index}",
+            "--profile",
+            "dgx-standin",
+            "--leaf",
+            "leaf1",
+            "--ssh-host",
+            "127.0.0.1",
+            "--ssh-port",
+            str(PORT_BASE + index),
+        )
+        touched = Counter()
+        for record in sorted((SITE / ".runs").glob("2*/corectl.json")):
+            data = json.loads(record.read_text())
+            if data["command"].startswith(f"add-node {name}"):
+                touched.update(h for h, s in data["hosts"].items() if s["changed"])
+        added = {
+            "node": name,
+            "existing_dgx": index - 1,
+            "wall_s": round(sample.wall, 1),
+            "hosts_changed": sorted(touched),
+        }
+        print(f"  add-node {name} beside {index - 1} DGX: {sample.wall:.1f} s, changed {sorted(touched)}", flush=True)
+    return added
+
+
+def bench_lab(sizes: list[int], only: set[str], keep: bool) -> dict[str, Any]:
+    results: dict[str, Any] = {"noop": [], "addnode": []}
+    SITE.parent.mkdir(parents=True, exist_ok=True)
+    measure([CORECTL, "lab", "down", "--inventory", str(SITE)])
+    corectl(
+        "lab",
+        "up",
+        "--nodes",
+        str(sizes[0]),
+        "--subnet",
+        SUBNET,
+        "--ssh-port-base",
+        str(PORT_BASE),
+        "--prefix",
+        PREFIX,
+        "--no-ceph",
+    )
+    try:
+        full = corectl("provision")
+        results["full"] = {
+            "dgx": sizes[0],
+            "wall_s": round(full.wall, 1),
+            "cpu_s": round(full.cpu, 1),
+            "slowest": [[round(t, 1), n] for t, n in task_times(last_run())[:10]],
+        }
+        print(f"  full provision, head + {sizes[0]} DGX: {full.wall:.1f} s", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            now = sizes[0]
+            for size in sizes:
+                if size > now:
+                    added = grow(size, now)
+                    now = size
+                    if "addnode" in only and size in (sizes[1], sizes[-1]):
+                        results["addnode"].append(added)
+                if "noop" in only:
+                    results["noop"].append(noop(Path(tmp), size))
+    finally:
+        if not keep:
+            measure([CORECTL, "lab", "down", "--inventory", str(SITE)])
+    return results
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares seconds per added DGX."""
+    if len(points) < 2:
+        return float("nan")
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [f"corectl bench, {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}, {os.cpu_count()} CPUs", ""]
+    for row in results.get("render", []):
+        extra = ""
+        if "ansible_inventory_s" in row:
+            seconds, peak = row["ansible_inventory_s"], row["ansible_inventory_rss_mb"]
+            extra = f"; ansible-inventory --list {seconds:.2f} s, {peak:.0f} MB"
+        lines.append(
+            f"render {row['nodes']:6d} nodes: {row['render_s']:6.2f} s, peak {row['peak_rss_mb']:5.0f} MB, "
+            f"per-node cost x{row['per_node_ratio']:.2f} of the 13-node site{extra}"
+        )
+    if "full" in results:
+        full = results["full"]
+        lines += [
+            "",
+            f"full provision, fresh lab (head + {full['dgx']} DGX): {full['wall_s']} s wall, "
+            f"{full['cpu_s']} s controller CPU; slowest tasks:",
+        ]
+        lines += [f"  {t:6.1f} s  {n}" for t, n in full["slowest"]]
+    if results.get("noop"):
+        lines += ["", "no-op provision   " + "".join(f"{v:>22s}" for v in VARIANTS) + "   corectl/stock  mitogen/stock"]
+        for row in results["noop"]:
+            cells = "".join(f"{row[v]['wall_s']:8.1f} s ({row[v]['cpu_s']:5.1f} cpu)" for v in VARIANTS)
+            lines.append(
+                f"  head + {row['dgx']} DGX   {cells}   "
+                f"x{row['stock']['wall_s'] / row['corectl']['wall_s']:5.2f} faster  "
+                f"x{row['stock']['wall_s'] / row['mitogen']['wall_s']:5.2f} faster"
+            )
+        for variant in VARIANTS:
+            per = slope([(row["dgx"], row[variant]["wall_s"]) for row in results["noop"]])
+            lines.append(f"  {variant}: {per:.1f} s wall per added DGX")
+    for added in results.get("addnode", []):
+        lines.append(
+            f"add-node beside {added['existing_dgx']} DGX: {added['wall_s']} s, hosts changed: "
+            f"{', '.join(added['hosts_changed'])}"
+        )
+    if len(results.get("addnode", [])) == 2:
+        first, last = results["addnode"]
+        lines.append(
+            f"add-node wall-time ratio ({last['existing_dgx']} vs {first['existing_dgx']} existing DGX): "
+            f"{last['wall_s'] / first['wall_s']:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,2,4,8", help="DGX stand-ins per no-op step, ascending")
+    parser.add_argument("--only", default="render,full,noop,addnode")
+    parser.add_argument("--keep", action="store_true", help="leave the bench lab running")
+    options = parser.parse_args()
+    sizes = sorted(int(s) for s in options.sizes.split(","))
+    only = set(options.only.split(","))
+    results: dict[str, Any] = {"sizes": sizes}
+    if "render" in only:
+        results["render"] = bench_render()
+    if only & {"full", "noop", "addnode"}:
+        results.update(bench_lab(sizes, only, options.keep))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    text = report(results)
+    (ROOT / "build" / "bench.txt").write_text(text + "\n")
+    print(text)
+    print(f"\n(results: {RESULTS.relative_to(ROOT)}, build/bench.txt)")
+
+
+if __name__ == "__main__":
+    main()
