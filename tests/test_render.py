@@ -58,12 +58,28 @@ def test_groups_and_host_vars(root: Path):
     dgx07 = data["hosts"]["dgx07"]
     assert dgx07["corectl_address"] == "10.10.1.17"
     assert dgx07["corectl_leaf"] == "leaf2"
-    assert dgx07["corectl_hw"]["cpus"] == 224
-    assert dgx07["corectl_hw"]["gpus"] == {"count": 8, "model": "h100", "nvswitch": True, "autodetect": "nvml"}
+    assert "corectl_hw" not in dgx07  # the profile's hardware is its group's, written once
+    assert children["profile_dgx_h100"]["vars"]["corectl_hw"]["cpus"] == 224
     switches = {s["name"]: s for s in data["vars"]["corectl_fabric"]["switches"]}
     assert switches["leaf1"]["nodes"] == "dgx[01-06]"
     assert switches["spine1"]["switches"] == ["leaf1", "leaf2"]
     assert data["vars"]["ansible_ssh_private_key_file"] == "~/.ssh/corectl_ed25519"
+
+
+def test_ansible_gives_each_host_its_profiles_hardware(root: Path, tmp_path: Path):
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(render_text(load_cluster(root / "inventories" / "core")))
+    ansible_inventory = str(Path(sys.executable).parent / "ansible-inventory")
+    seen = subprocess.run(
+        [ansible_inventory, "-i", str(hosts), "--host", "dgx07"], capture_output=True, text=True, check=True
+    )
+    hw = json.loads(seen.stdout)["corectl_hw"]
+    assert hw["cpus"] == 224
+    assert hw["gpus"] == {"count": 8, "model": "h100", "nvswitch": True, "autodetect": "nvml"}
+    head = subprocess.run(
+        [ansible_inventory, "-i", str(hosts), "--host", "head01"], capture_output=True, text=True, check=True
+    )
+    assert json.loads(head.stdout)["corectl_hw"]["gpus"] is None
 
 
 def test_schema_is_json_schema_with_every_section():
