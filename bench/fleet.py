@@ -203,37 +203,23 @@ def noop(tmp: Path, dgx: int) -> dict[str, Any]:
     return row
 
 
-def grow(to: int, now: int) -> dict[str, Any]:
-    """Start DGX stand-ins until the lab has ``to``; the last add-node is timed."""
-    added: dict[str, Any] = {}
+def grow(to: int, now: int) -> list[dict[str, Any]]:
+    """Start DGX stand-ins and add-node them until the lab has ``to``; each add-node is timed."""
+    added = []
     for index in range(now + 1, to + 1):
         name = f"{PREFIX}dgx{index:02d}"
         corectl("lab", "add")
         sample = corectl(
-            "add-node",
-            name,
-            "--address",
-            f"172.29.220.{10 + index}",
-            "--profile",
-            "dgx-standin",
-            "--leaf",
-            "leaf1",
-            "--ssh-host",
-            "127.0.0.1",
-            "--ssh-port",
-            str(PORT_BASE + index),
-        )
-        touched = Counter()
+            "add-node", name, "--address", f"172.29.220.{10 + index}", "--profile", "dgx-standin",
+            "--leaf", "leaf1", "--ssh-host", "127.0.0.1", "--ssh-port", str(PORT_BASE + index),
+        )  # fmt: skip
+        touched: Counter[str] = Counter()
         for record in sorted((SITE / ".runs").glob("2*/corectl.json")):
             data = json.loads(record.read_text())
             if data["command"].startswith(f"add-node {name}"):
                 touched.update(h for h, s in data["hosts"].items() if s["changed"])
-        added = {
-            "node": name,
-            "existing_dgx": index - 1,
-            "wall_s": round(sample.wall, 1),
-            "hosts_changed": sorted(touched),
-        }
+        added.append({"node": name, "existing_dgx": index - 1, "wall_s": round(sample.wall, 1),
+                      "hosts_changed": sorted(touched)})  # fmt: skip
         print(f"  add-node {name} beside {index - 1} DGX: {sample.wall:.1f} s, changed {sorted(touched)}", flush=True)
     return added
 
@@ -270,8 +256,8 @@ def bench_lab(sizes: list[int], only: set[str], keep: bool) -> dict[str, Any]:
                 if size > now:
                     added = grow(size, now)
                     now = size
-                    if "addnode" in only and size in (sizes[1], sizes[-1]):
-                        results["addnode"].append(added)
+                    if "addnode" in only:  # the issue's pair: beside 1 and beside 4 existing DGX
+                        results["addnode"] += [a for a in added if a["existing_dgx"] in (1, 4)]
                 if "noop" in only:
                     results["noop"].append(noop(Path(tmp), size))
     finally:
