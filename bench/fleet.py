@@ -46,6 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from render_scale import site_with  # noqa: E402
 
+from corectl.commands.history import load_runs  # noqa: E402
+from corectl.site import Site, resolve_site  # noqa: E402
+
 
 @dataclass
 class Sample:
@@ -116,8 +119,14 @@ def corectl(*args: str, env: dict[str, str] | None = None) -> Sample:
     return measure([CORECTL, *args, "--inventory", str(SITE)], env)
 
 
-def last_run() -> Path:
-    return sorted((SITE / ".runs").glob("2*/corectl.json"))[-1].parent
+def bench_site() -> Site:
+    return resolve_site(str(SITE), ROOT)
+
+
+def last_run() -> dict[str, Any]:
+    """The newest run record (corectl runs' own reader), with its artifacts directory."""
+    record = load_runs(bench_site())[-1]
+    return {**record, "dir": bench_site().runs_dir / record["id"]}
 
 
 def task_times(run_dir: Path) -> list[tuple[float, str]]:
@@ -141,8 +150,7 @@ def task_times(run_dir: Path) -> list[tuple[float, str]]:
     return sorted(((t, n) for n, t in times.items()), reverse=True)
 
 
-def changed_hosts(run_dir: Path) -> dict[str, int]:
-    record = json.loads((run_dir / "corectl.json").read_text())
+def changed_hosts(record: dict[str, Any]) -> dict[str, int]:
     return {host: stats["changed"] for host, stats in record["hosts"].items()}
 
 
@@ -158,9 +166,8 @@ def stock_noop(tmp: Path) -> Sample:
     """The site playbook through plain ansible-playbook with Ansible's stock settings."""
     from corectl.runner import shared_inventory, ssh_extra_args
     from corectl.secrets import password_file_for_run
-    from corectl.site import resolve_site
 
-    site = resolve_site(str(SITE), ROOT)
+    site = bench_site()
     private = Path(tempfile.mkdtemp(dir=tmp))
     cfg = private / "ansible.cfg"
     cfg.write_text(STOCK_CFG.format(root=ROOT))
@@ -216,10 +223,9 @@ def grow(to: int, now: int) -> list[dict[str, Any]]:
             "--leaf", "leaf1", "--ssh-host", "127.0.0.1", "--ssh-port", str(PORT_BASE + index),
         )  # fmt: skip
         touched: Counter[str] = Counter()
-        for record in sorted((SITE / ".runs").glob("2*/corectl.json")):
-            data = json.loads(record.read_text())
-            if data["command"].startswith(f"add-node {name}"):
-                touched.update(h for h, s in data["hosts"].items() if s["changed"])
+        for record in load_runs(bench_site()):
+            if record["command"].startswith(f"add-node {name}"):
+                touched.update(h for h, s in record["hosts"].items() if s["changed"])
         added.append({"node": name, "existing_dgx": index - 1, "wall_s": round(sample.wall, 1),
                       "hosts_changed": sorted(touched)})  # fmt: skip
         print(f"  add-node {name} beside {index - 1} DGX: {sample.wall:.1f} s, changed {sorted(touched)}", flush=True)
@@ -249,7 +255,7 @@ def bench_lab(sizes: list[int], only: set[str], keep: bool) -> dict[str, Any]:
             "dgx": sizes[0],
             "wall_s": round(full.wall, 1),
             "cpu_s": round(full.cpu, 1),
-            "slowest": [[round(t, 1), n] for t, n in task_times(last_run())[:10]],
+            "slowest": [[round(t, 1), n] for t, n in task_times(last_run()["dir"])[:10]],
         }
         print(f"  full provision, head + {sizes[0]} DGX: {full.wall:.1f} s", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
