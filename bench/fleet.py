@@ -165,26 +165,27 @@ retry_files_enabled = False
 def stock_noop(tmp: Path) -> Sample:
     """The site playbook through plain ansible-playbook with Ansible's stock settings."""
     from corectl.runner import shared_inventory, ssh_extra_args
-    from corectl.secrets import password_file_for_run
+    from corectl.secrets import vault_password_client
 
     site = bench_site()
     private = Path(tempfile.mkdtemp(dir=tmp))
     cfg = private / "ansible.cfg"
     cfg.write_text(STOCK_CFG.format(root=ROOT))
-    argv = [
-        str(BIN / "ansible-playbook"),
-        "-i",
-        str(shared_inventory(private, ROOT)),
-        "-i",
-        str(site.hosts_file),
-        "--extra-vars",
-        f"@{site.directory / 'secrets' / 'secrets.yml'}",
-        "--vault-password-file",
-        str(password_file_for_run(site, private)),
-        str(ROOT / "playbooks" / "site.yml"),
-    ]
-    env = {"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site), "ANSIBLE_FORCE_COLOR": "0"}
-    sample = measure(argv, env)
+    with vault_password_client(site, private) as vault:
+        argv = [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            str(shared_inventory(private, ROOT)),
+            "-i",
+            str(site.hosts_file),
+            "--extra-vars",
+            f"@{site.directory / 'secrets' / 'secrets.yml'}",
+            "--vault-password-file",
+            str(vault),
+            str(ROOT / "playbooks" / "site.yml"),
+        ]
+        env = {"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site), "ANSIBLE_FORCE_COLOR": "0"}
+        sample = measure(argv, env)
     recap = sample.output[sample.output.rfind("PLAY RECAP") :]
     counts = [int(n) for n in re.findall(r"\bchanged=(\d+)", recap)]
     if not counts or any(counts):

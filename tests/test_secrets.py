@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -99,11 +100,19 @@ def test_runner_hands_ansible_the_vault(site: Site, tmp_path: Path):
     secrets.init(site)
     private = tmp_path / "private"
     private.mkdir()
-    password_file = secrets.password_file_for_run(site, private)
-    kwargs = runner_kwargs(RunRequest(site=site), private, "id", password_file)
-    assert kwargs["envvars"]["ANSIBLE_VAULT_PASSWORD_FILE"] == str(password_file)
-    assert kwargs["cmdline"] == f"--extra-vars @{site.directory / 'secrets' / 'secrets.yml'}"
-    assert oct(password_file.stat().st_mode & 0o777) == "0o600"
+    with secrets.vault_password_client(site, private) as password_file:
+        kwargs = runner_kwargs(RunRequest(site=site), private, "id", password_file)
+        assert kwargs["envvars"]["ANSIBLE_VAULT_PASSWORD_FILE"] == str(password_file)
+        assert kwargs["cmdline"] == f"--extra-vars @{site.directory / 'secrets' / 'secrets.yml'}"
+        # a script only its owner may run, which answers with the password (and holds none)
+        assert oct(password_file.stat().st_mode & 0o777) == "0o700"
+        password = secrets.vault_password(secrets.SecretFiles(site))
+        assert password not in password_file.read_bytes()
+        for _ in range(3):
+            answer = subprocess.run([str(password_file)], capture_output=True, check=True).stdout
+            assert answer == password + b"\n"
+    # after the run nobody answers
+    assert subprocess.run([str(password_file)], capture_output=True, check=False).returncode != 0
 
 
 def test_cephfs_mounts_need_their_client_key(core_copy: Path, root: Path, monkeypatch: pytest.MonkeyPatch):

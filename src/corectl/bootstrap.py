@@ -18,6 +18,7 @@ from pathlib import Path
 import paramiko
 
 from corectl.errors import CorectlError
+from corectl.files import atomic_write
 from corectl.model import Cluster, Node
 from corectl.site import Site
 
@@ -64,7 +65,7 @@ def record_key(known_hosts: Path, name: str, key: paramiko.PKey) -> None:
     lines = known_hosts.read_text(encoding="utf-8").splitlines() if known_hosts.is_file() else []
     lines = [line for line in lines if not (line.split() and name in line.split()[0].split(","))]
     lines.append(f"{name} {key.get_name()} {key.get_base64()}")
-    known_hosts.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write(known_hosts, ("\n".join(lines) + "\n").encode(), 0o600)
 
 
 def public_key(site: Site, cluster: Cluster) -> str:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,10 +25,12 @@ from typing import Any, ClassVar
 
 from corectl import lock
 from corectl.errors import CorectlError
-from corectl.secrets import password_file_for_run
+from corectl.files import atomic_write
+from corectl.secrets import vault_password_client
 from corectl.site import Site
 
 KEEP_RUNS = 30
+RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
 EventSink = Callable[[dict[str, Any]], None]
 
 
@@ -162,7 +167,6 @@ def runner_kwargs(
         "inventory": [str(shared_inventory(private_dir, site.root)), str(site.hosts_file)],
         "artifact_dir": str(site.runs_dir),
         "ident": ident,
-        "rotate_artifacts": KEEP_RUNS,
         "fact_cache_type": "jsonfile",
         "fact_cache": str(site.facts_dir),
         "forks": default_forks(),
@@ -272,29 +276,114 @@ class _Tally:
 
 
 class _Cancel:
-    """Our own Ctrl-C handling: the first SIGINT asks ansible-runner to stop cleanly."""
+    """Ctrl-C, SIGTERM and SIGHUP (a dropped SSH session) all ask ansible-runner to stop cleanly.
+
+    The run then ends like any other: ansible-playbook is stopped, the run is recorded as
+    canceled, the site lock is released and the run's private directory is removed.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.requested = threading.Event()
-        self._previous: Any = None
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Cancel:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
-    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            _detach_terminal()
+        self.signum = self.signum or signum
         self.requested.set()
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
 
     def __call__(self) -> bool:
         return self.requested.is_set()
 
 
-def _execute(request: RunRequest, build: Callable[[Path, str], dict[str, Any]], sink: EventSink | None) -> RunResult:
+def _detach_terminal() -> None:
+    """The terminal is gone: further output goes to /dev/null instead of failing the run's clean-up."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+
+
+# What of corectl's own environment ansible-playbook gets (ansible-runner records it in each
+# run's `command` file): never a secret such as CORECTL_VAULT_PASSWORD or a bootstrap password.
+ENV_KEPT = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "COLORTERM",
+        "COLUMNS", "LINES", "NO_COLOR", "SSH_AUTH_SOCK", "VIRTUAL_ENV", "DOCKER_HOST",
+        "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+    }
+)  # fmt: skip
+ENV_KEPT_PREFIXES = ("LC_", "ANSIBLE_", "MITOGEN_")
+
+
+def runner_environ(environ: dict[str, str]) -> dict[str, str]:
+    """The allow-listed part of ``environ``: locale, paths, proxies and Ansible's own settings."""
+    return {k: v for k, v in environ.items() if k in ENV_KEPT or k.startswith(ENV_KEPT_PREFIXES)}
+
+
+@contextmanager
+def _runner_environ() -> Iterator[None]:
+    """ansible-runner seeds a run's environment from os.environ: show it only the allowed part."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(runner_environ(saved))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune_runs(runs_dir: Path, keep: int = KEEP_RUNS) -> list[Path]:
+    """Remove all but the newest ``keep`` finished runs; a run still in progress is never removed.
+
+    A run is in progress while it has no corectl.json and the process named in its id
+    (<timestamp>-<pid>) is alive. Returns what was removed.
+    """
+    runs = sorted(p for p in runs_dir.iterdir() if p.is_dir() and RUN_ID.match(p.name))
+    removed = []
+    for run in runs[: max(0, len(runs) - keep)]:
+        match = RUN_ID.match(run.name)
+        assert match is not None
+        if not (run / "corectl.json").is_file() and _pid_alive(int(match["pid"])):
+            continue
+        shutil.rmtree(run, ignore_errors=True)
+        removed.append(run)
+    return removed
+
+
+Build = Callable[[Path, str, ExitStack], dict[str, Any]]
+
+
+def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunResult:
     """One ansible-runner run: fresh private dir, live events, our cancel, corectl.json."""
     import ansible_runner  # heavy import, only when a run happens
 
@@ -315,14 +404,20 @@ def _execute(request: RunRequest, build: Callable[[Path, str], dict[str, Any]], 
             sink(event)
         return True  # keep the event: ansible-runner drops it (and the stats) otherwise
 
-    with tempfile.TemporaryDirectory(prefix="corectl-run-") as tmp, _Cancel() as cancel:
-        result = ansible_runner.run(**build(Path(tmp), ident), event_handler=on_event, cancel_callback=cancel)
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="corectl-run-"))
+        cancel = stack.enter_context(_Cancel())
+        kwargs = build(Path(tmp), ident, stack)
+        kwargs["rotate_artifacts"] = 0  # ansible-runner's rotation would remove runs in progress: prune_runs
+        with _runner_environ():
+            result = ansible_runner.run(**kwargs, event_handler=on_event, cancel_callback=cancel)
         status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
         if cancel.requested.is_set():
-            status, rc = "canceled", 130
+            status, rc = "canceled", cancel.exit_code
     hosts = collected or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
     run = RunResult(status, rc, hosts, site.runs_dir / ident, time.monotonic() - started, tally.messages)
     record(request, run, started_at)
+    prune_runs(site.runs_dir)
     return run
 
 
@@ -332,8 +427,8 @@ def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResul
     site.facts_dir.mkdir(parents=True, exist_ok=True)
     site.known_hosts.touch(exist_ok=True)
 
-    def build(private_dir: Path, ident: str) -> dict[str, Any]:
-        vault_file = password_file_for_run(site, private_dir) if request.secrets else None
+    def build(private_dir: Path, ident: str, stack: ExitStack) -> dict[str, Any]:
+        vault_file = stack.enter_context(vault_password_client(site, private_dir)) if request.secrets else None
         return runner_kwargs(request, private_dir, ident, vault_file)
 
     return _execute(request, build, sink)
@@ -345,7 +440,7 @@ def run_standalone(
     """Run a playbook outside the site inventory (the lab's infrastructure containers)."""
     request = RunRequest(site=site, playbook=str(playbook), command=command, secrets=False)
 
-    def build(private_dir: Path, ident: str) -> dict[str, Any]:
+    def build(private_dir: Path, ident: str, _stack: ExitStack) -> dict[str, Any]:
         return {
             "private_data_dir": str(private_dir),
             "project_dir": str(site.root),
@@ -354,7 +449,6 @@ def run_standalone(
             "extravars": extravars,
             "artifact_dir": str(site.runs_dir),
             "ident": ident,
-            "rotate_artifacts": KEEP_RUNS,
             "quiet": True,
             "envvars": {"ANSIBLE_CONFIG": str(site.root / "ansible.cfg"), "PATH": _path_with_ansible()},
         }
@@ -383,4 +477,4 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
         "hosts": {host: asdict(stats) for host, stats in sorted(run.hosts.items())},
         "messages": dict(sorted(run.messages.items())),
     }
-    (run.artifact_dir / "corectl.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)

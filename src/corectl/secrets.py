@@ -9,9 +9,18 @@ site's .vault-pass file (git-ignored; created by `corectl secrets init` when non
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets as random
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +28,7 @@ from typing import Any
 import yaml
 
 from corectl.errors import CorectlError
+from corectl.files import atomic_write
 from corectl.site import Site
 
 MUNGE_KEY_BYTES = 1024
@@ -73,8 +83,7 @@ def vault_password(files: SecretFiles, create: bool = False) -> bytes:
             f"no vault password: set CORECTL_VAULT_PASSWORD_FILE or CORECTL_VAULT_PASSWORD, or create {path}"
         )
     password = random.token_urlsafe(32).encode()
-    path.touch(mode=0o600)
-    path.write_bytes(password + b"\n")
+    atomic_write(path, password + b"\n", 0o600)
     return password
 
 
@@ -90,10 +99,7 @@ def _decrypt(files: SecretFiles, path: Path, password: bytes) -> bytes:
 
 
 def _write_encrypted(path: Path, data: bytes, password: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(_vault(password).encrypt(data))
-    tmp.replace(path)
+    atomic_write(path, _vault(password).encrypt(data), 0o600)
 
 
 def read_values(site: Site) -> dict[str, Any]:
@@ -172,10 +178,69 @@ def check(site: Site) -> None:
             )
 
 
-def password_file_for_run(site: Site, private_dir: Path) -> Path:
-    """A file holding the vault password for ansible (inside the run's private, deleted dir)."""
-    password = vault_password(SecretFiles(site))
-    path = private_dir / "vault-pass"
-    path.touch(mode=0o600)
-    path.write_bytes(password + b"\n")
-    return path
+VAULT_CLIENT = """#!{python}
+# corectl's vault password script for one run: asks the corectl process that started the run.
+import socket
+import sys
+
+client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+client.connect({socket!r})
+data = b""
+while chunk := client.recv(4096):
+    data += chunk
+sys.stdout.buffer.write(data)
+"""
+
+
+@contextmanager
+def vault_password_client(site: Site, private_dir: Path) -> Iterator[Path]:
+    """A vault password script that hands ansible the password for the length of one run.
+
+    The script holds no secret: it asks this process over a Unix socket (owner only, peer
+    checked), and a thread answers each connection with the password. Nothing is written to a
+    disk, and once the run ends (or corectl is killed) there is nobody left to answer.
+    """
+    password = vault_password(SecretFiles(site)) + b"\n"
+    own_dir = None
+    if len(str(private_dir / "vault.sock")) > 100:  # AF_UNIX paths are short
+        own_dir = Path(tempfile.mkdtemp(prefix="corectl-", dir="/tmp"))
+    path = (own_dir or private_dir) / "vault.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        server.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    server.listen(16)
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                _pid, uid, _gid = struct.unpack("3i", creds)
+                if uid == os.getuid():
+                    with contextlib.suppress(OSError):
+                        conn.sendall(password)
+
+    thread = threading.Thread(target=serve, name="vault-pass", daemon=True)
+    thread.start()
+    script = private_dir / "vault-pass"
+    script.write_text(VAULT_CLIENT.format(python=sys.executable, socket=str(path)), encoding="utf-8")
+    script.chmod(0o700)
+    try:
+        yield script
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        server.close()
+        path.unlink(missing_ok=True)
+        if own_dir is not None:
+            shutil.rmtree(own_dir, ignore_errors=True)

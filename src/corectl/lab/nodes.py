@@ -16,7 +16,7 @@ import yaml
 
 from corectl import hostlist
 from corectl.errors import CorectlError
-from corectl.files import write_if_changed
+from corectl.files import atomic_write, write_if_changed
 from corectl.lab import repo
 from corectl.lab.docker import LABEL, docker, ensure_engine
 from corectl.lab.image import ensure_image
@@ -344,7 +344,7 @@ def _record_host_keys(spec: LabSpec) -> None:
     for node in spec.nodes():
         key = docker("exec", spec.container(node.name), "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()
         lines.append(f"[127.0.0.1]:{node.ssh_port} {key[0]} {key[1]}")
-    site.known_hosts.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write(site.known_hosts, ("\n".join(lines) + "\n").encode(), 0o600)
 
 
 def _check_ssh(spec: LabSpec, key: Path) -> None:
@@ -438,8 +438,7 @@ def add(site: Site, bare: bool = False) -> LabNode:
         docker("exec", container, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", BARE_ADMIN)
         docker("exec", "-i", container, "chpasswd", input_bytes=f"{BARE_ADMIN}:{password}\n".encode())
         secret = site.lab_dir / f"{node.name}.password"
-        secret.write_text(password + "\n", encoding="utf-8")
-        secret.chmod(0o600)
+        atomic_write(secret, (password + "\n").encode(), 0o600)
     else:
         _start_nodes(spec, [node], ensure_image(), ensure_key(site))
     _save_spec(spec)

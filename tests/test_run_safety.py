@@ -1,0 +1,155 @@
+"""A real ansible-runner run on this machine (localhost, local connection): what it keeps, how it stops.
+
+Issue 13: no secret at rest outside the vault (the vault password reaches Ansible through a script
+that asks corectl over a socket,
+corectl's environment is allow-listed before ansible-runner records it), SIGTERM and SIGHUP end a
+run like Ctrl-C (canceled, recorded, private directory removed), and pruning never removes a run
+still in progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from corectl import runner, secrets
+from corectl.site import Site
+
+ROOT = Path(__file__).resolve().parents[1]
+VAULT_PASSWORD = "vault-pw-8c1e5d0f-at-rest-nowhere"
+BOOTSTRAP_PASSWORD = "bootstrap-pw-4b7a9e21-at-rest-nowhere"
+
+PROBE = """\
+- name: Probe
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Use a vaulted secret
+      ansible.builtin.copy:
+        content: "{{ corectl_slurm_db_password }}"
+        dest: "{{ probe_out }}"
+        mode: "0600"
+      no_log: true
+    - name: Wait
+      ansible.builtin.command: sleep {{ probe_sleep | default(0) }}
+      changed_when: false
+"""
+
+# run in a child process, so that signals can be sent to it
+CHILD = """\
+import sys
+from pathlib import Path
+from corectl.runner import RunRequest, run_playbook
+from corectl.site import Site
+site = Site(root=Path(sys.argv[1]), directory=Path(sys.argv[2]))
+extra = {"probe_out": sys.argv[3], "probe_sleep": int(sys.argv[4])}
+run = run_playbook(RunRequest(site=site, playbook="probe.yml", command="probe", extravars=extra))
+print(run.status, run.rc, flush=True)
+sys.exit(run.rc)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
+    """A project with one playbook and a site of one host (this machine), secrets made from an
+    environment vault password, and a bootstrap password in the environment as an operator has it."""
+    root = tmp_path / "project"
+    (root / "playbooks").mkdir(parents=True)
+    (root / "roles").mkdir()
+    (root / "group_vars").mkdir()
+    shutil.copy(ROOT / "ansible.cfg", root / "ansible.cfg")
+    (root / "playbooks" / "probe.yml").write_text(PROBE)
+    site = Site(root=root, directory=root / "inventories" / "probe")
+    site.directory.mkdir(parents=True)
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    site.hosts_file.write_text(json.dumps({"all": {"hosts": {"localhost": host}}}))
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
+    monkeypatch.setenv("CORECTL_VAULT_PASSWORD", VAULT_PASSWORD)
+    monkeypatch.setenv("LAB_BOOTSTRAP_PASSWORD", BOOTSTRAP_PASSWORD)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    secrets.init(site)
+    return site
+
+
+def kept_files(site: Site) -> list[Path]:
+    return [p for d in (site.runs_dir, site.facts_dir) if d.exists() for p in d.rglob("*") if p.is_file()]
+
+
+def test_a_run_keeps_no_secret_and_ansible_still_gets_the_vault(project: Site, tmp_path: Path):
+    out = tmp_path / "probe.out"
+    run = runner.run_playbook(
+        runner.RunRequest(site=project, playbook="probe.yml", command="probe", extravars={"probe_out": str(out)})
+    )
+    assert run.ok, run.output_tail()
+    db_password = secrets.read_values(project)["corectl_slurm_db_password"]
+    assert out.read_text() == db_password  # ansible decrypted secrets.yml with the piped password
+    command = json.loads((run.artifact_dir / "command").read_text())
+    assert "CORECTL_VAULT_PASSWORD" not in command["env"]
+    assert "LAB_BOOTSTRAP_PASSWORD" not in command["env"]
+    assert command["env"]["ANSIBLE_VAULT_PASSWORD_FILE"].endswith("/vault-pass")
+    files = kept_files(project)
+    assert len(files) >= 5
+    for path in files:
+        data = path.read_bytes()
+        for secret in (VAULT_PASSWORD, BOOTSTRAP_PASSWORD, db_password):
+            assert secret.encode() not in data, f"{secret[:12]}... in {path}"
+    # the private directory with the vault script is gone
+    assert not list((tmp_path / "tmp").glob("corectl-run-*"))
+    # and corectl's own environment is whole again after the run
+    assert os.environ["CORECTL_VAULT_PASSWORD"] == VAULT_PASSWORD
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_cancels_the_run_like_ctrl_c(project: Site, tmp_path: Path, signum: int):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-c", CHILD, str(project.root), str(project.directory), str(tmp_path / "o"), "120"]
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until the sleep task has started
+            started = [p for p in project.runs_dir.glob("*/job_events/*.json") if '"task": "Wait"' in p.read_text()]
+            if started:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the probe never reached its Wait task")
+        child.send_signal(signum)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 128 + signum, (out, err)
+    assert "Traceback" not in err
+    if signum == signal.SIGTERM:
+        assert out.split() == ["canceled", str(128 + signum)]
+    records = [json.loads(p.read_text()) for p in project.runs_dir.glob("*/corectl.json")]
+    assert [(r["status"], r["rc"]) for r in records] == [("canceled", 128 + signum)]
+    assert not list((tmp_path / "tmp").glob("corectl-run-*"))  # the vault script's directory removed
+
+
+def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
+    runs = tmp_path / ".runs"
+    dead_pid = 2**22 + 17  # above pid_max on most machines: no such process
+    finished = [runs / f"202611{day:02d}T000000Z-{dead_pid}" for day in range(1, 6)]
+    for run in finished:
+        run.mkdir(parents=True)
+        (run / "corectl.json").write_text("{}")
+    in_progress = runs / f"20261101T000000Z-{os.getpid()}"  # oldest of all, but its process is alive
+    crashed = runs / f"20261101T000001Z-{dead_pid}"  # no record, process gone
+    in_progress.mkdir()
+    crashed.mkdir()
+    (runs / "not-a-run").mkdir()
+    removed = runner.prune_runs(runs, keep=3)
+    assert sorted(removed) == sorted([crashed, *finished[:2]])
+    assert sorted(p.name for p in runs.iterdir()) == sorted(
+        [in_progress.name, "not-a-run", *(r.name for r in finished[2:])]
+    )
