@@ -1,10 +1,9 @@
 """A real ansible-runner run on this machine (localhost, local connection): what it keeps, how it stops.
 
 Issue 13: no secret at rest outside the vault (the vault password reaches Ansible through a script
-that asks corectl over a socket,
-corectl's environment is allow-listed before ansible-runner records it), SIGTERM and SIGHUP end a
-run like Ctrl-C (canceled, recorded, private directory removed), and pruning never removes a run
-still in progress.
+that asks corectl over a socket; corectl's environment is allow-listed before ansible-runner
+records it), SIGTERM and SIGHUP end a run like Ctrl-C (canceled, recorded, private directory
+removed), and pruning never removes a run still in progress.
 """
 
 from __future__ import annotations
