@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import random
 import re
 import signal
 import subprocess
@@ -32,8 +34,12 @@ PORT_BASE = 22300
 HEAD, DGX1, DGX2 = (f"corectl-labtest-e2e-{n}" for n in ("head01", "dgx01", "dgx02"))
 
 
+CONSOLE: list[str] = []  # everything corectl printed in this module (scanned for secrets at the end)
+
+
 def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([CORECTL, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    CONSOLE.append(proc.stdout + proc.stderr)
     if check and proc.returncode != 0:
         raise AssertionError(f"corectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -522,6 +528,8 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, mon
     endpoint = f"[127.0.0.1]:{PORT_BASE + 3} "
     assert endpoint not in (lab / "known_hosts").read_text()
     monkeypatch.setenv("E2E_ADMIN_PASSWORD", (lab / ".lab" / "e2e-dgx03.password").read_text().strip())
+    # the vault password from the environment too, as an operator may give it (it must not be kept)
+    monkeypatch.setenv("CORECTL_VAULT_PASSWORD", (lab / ".vault-pass").read_text().strip())
     options = ["--address", "172.29.210.13", "--profile", "dgx-standin", "--leaf", "leaf1"]
     options += ["--ssh-host", "127.0.0.1", "--ssh-port", str(PORT_BASE + 3)]
     options += ["--bootstrap-user", "dgxadmin", "--password-env", "E2E_ADMIN_PASSWORD", "--yes"]
@@ -729,6 +737,28 @@ def test_one_changing_command_per_site_and_ctrl_c_cancels_cleanly(lab: Path):
     assert lock_holder(lab) == {}  # released
 
 
+def test_a_killed_provision_leaves_no_secret_and_the_next_one_converges(lab: Path, tmp_path: Path):
+    """SIGKILL (no clean-up at all) at a random point of a provision: the private directory it
+    leaves holds no secret, the lock is taken over, and the next provision changes nothing."""
+    delay = random.Random().uniform(5, 40)
+    print(f"killing the provision {delay:.1f} s after its first task result")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [CORECTL, "provision", "--inventory", str(lab)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    holder = wait_for(lambda: lock_holder(lab), lambda h: bool(h.get("run")), 60)
+    wait_for(lambda: hosts_reached(Path(holder["run"])), bool, 60)
+    time.sleep(delay)
+    proc.kill()
+    proc.wait(timeout=30)
+    left = [path for path in tmp_path.rglob("*") if path.is_file()]
+    vault_password = (lab / ".vault-pass").read_bytes().strip()
+    assert [path for path in left if vault_password in path.read_bytes()] == []
+    [script] = [path for path in left if path.name == "vault-pass"]  # the client script, and nobody to answer it
+    assert subprocess.run([str(script)], capture_output=True, check=False).returncode != 0
+    assert_provision_changes_nothing(lab, {"e2e-head01", "e2e-dgx01", "e2e-dgx02"})
+
+
 def test_a_stale_lock_is_taken_over_with_a_warning(lab: Path):
     # what a corectl killed with SIGKILL leaves: its record, without the (kernel-held) lock
     stale = {"command": "upgrade drivers", "user": "root", "host": "elsewhere", "pid": 999999,
@@ -740,3 +770,30 @@ def test_a_stale_lock_is_taken_over_with_a_warning(lab: Path):
         "(pid 999999, since 2026-01-01T00:00:00+00:00), which no longer holds it"
     ]
     assert lock_holder(lab) == {}
+
+
+def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
+    """Last of the module: every secret source, in everything the runs above left behind."""
+    site = resolve_site(str(lab))
+    files = secrets.SecretFiles(site)
+    vault_password = secrets.vault_password(files)
+    key = secrets._vault(vault_password).decrypt(files.munge_key.read_bytes())
+    values = secrets.read_values(site)
+    needles = {
+        "vault password": vault_password,
+        "bootstrap password": (lab / ".lab" / "e2e-dgx03.password").read_bytes().strip(),
+        "munge key": key[:24],
+        "munge key (base64)": base64.b64encode(key)[:32],
+        "db password": values["corectl_slurm_db_password"].encode(),
+        "ceph key": values["corectl_cephfs_client_keys"]["corectl"].encode(),
+    }
+    kept = [p for d in (lab / ".runs", lab / ".facts") for p in d.rglob("*") if p.is_file()]
+    assert len(kept) > 100
+    assert any(p.name == "command" for p in kept)  # ansible-runner's record of each run's environment
+    for path in kept:
+        data = path.read_bytes()
+        found = [name for name, needle in needles.items() if needle in data]
+        assert not found, f"{found} in {path}"
+    console = "\n".join(CONSOLE).encode()
+    assert len(CONSOLE) > 20
+    assert not [name for name, needle in needles.items() if needle in console]

@@ -135,6 +135,26 @@ def test_a_signal_cancels_the_run_like_ctrl_c(project: Site, tmp_path: Path, sig
     assert not list((tmp_path / "tmp").glob("corectl-run-*"))  # the vault script's directory removed
 
 
+def test_sigkill_leaves_no_secret_behind(project: Site, tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-c", CHILD, str(project.root), str(project.directory), str(tmp_path / "o"), "120"]
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "o").exists() and time.monotonic() < deadline:  # the vaulted secret was used
+            time.sleep(0.2)
+        assert (tmp_path / "o").exists()
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    left = [path for path in (tmp_path / "tmp").rglob("*") if path.is_file()]
+    assert left, "the killed run's private directory is expected to stay behind"
+    for path in left:
+        assert VAULT_PASSWORD.encode() not in path.read_bytes(), path
+    [script] = [path for path in left if path.name == "vault-pass"]
+    assert subprocess.run([str(script)], capture_output=True, check=False).returncode != 0  # nobody answers
+
+
 def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
     runs = tmp_path / ".runs"
     dead_pid = 2**22 + 17  # above pid_max on most machines: no such process
