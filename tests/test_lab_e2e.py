@@ -551,8 +551,10 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, mon
     hosts_run, config_run, slurmd_run, node_run = records
     # the existing compute nodes: /etc/hosts, then slurmd restarted with the new node list
     # (Slurm 22.05 needs it for a node definition change); their running job went on
-    assert hosts_run["tags"] == "etc_hosts"
-    assert {n: hosts_run["hosts"][n]["changed"] for n in ("e2e-dgx01", "e2e-dgx02")} == {"e2e-dgx01": 1, "e2e-dgx02": 1}
+    assert hosts_run["tags"] == "node_list"
+    # /etc/hosts, the firewall's rules file and their reload
+    assert {n: hosts_run["hosts"][n]["changed"] for n in ("e2e-dgx01", "e2e-dgx02")} == {"e2e-dgx01": 3, "e2e-dgx02": 3}
+    assert "172.29.210.13" in docker_exec(DGX1, "nft", "list", "set", "inet", "corectl", "allowed_v4")
     assert set(config_run["hosts"]) == {"e2e-head01"}
     assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {"e2e-dgx01": 2, "e2e-dgx02": 2}
     assert set(node_run["hosts"]) == {"e2e-dgx03"}

@@ -1,7 +1,7 @@
 """add-node and remove-node: change the cluster by one node, touching only what must change.
 
 add-node: declare the node (unless cluster.yml already does), then
-  1. the other nodes: only /etc/hosts (tag etc_hosts),
+  1. the other nodes: only the node list (tag node_list: /etc/hosts and the firewall's addresses),
   2. the controller, login and monitoring nodes: Slurm configuration and Prometheus targets
      (tags slurm, monitoring), then drain the new node in Slurm before its slurmd ever starts,
   3. the other compute nodes: slurmd restarted with the new node list (Slurm before 24.11 needs
@@ -68,10 +68,10 @@ def _update_config(site: Site, console: Console, cluster: Cluster, verb: str, na
 
 
 def _update_hosts(site: Site, console: Console, verb: str, name: str, hosts: list[str]) -> None:
-    """Only /etc/hosts on ``hosts`` (they run nothing else)."""
+    """Only the node list on ``hosts``: /etc/hosts and the firewall's allowed addresses."""
     _step(
-        site, console, f"{verb} {name}: /etc/hosts on the other nodes", command=f"{verb} {name} (hosts)",
-        limit=",".join(hosts), tags="etc_hosts",
+        site, console, f"{verb} {name}: the node list on the other nodes", command=f"{verb} {name} (hosts)",
+        limit=",".join(hosts), tags="node_list",
     )  # fmt: skip
 
 

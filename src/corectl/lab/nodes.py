@@ -27,6 +27,7 @@ from corectl.site import Site
 NODE_FLAGS: tuple[str, ...] = (
     "--cap-add=SYS_ADMIN",
     "--cap-add=SYS_NICE",
+    "--cap-add=NET_ADMIN",  # the firewall role's nftables rules, in the container's own network namespace
     "--security-opt=seccomp=unconfined",
     "--security-opt=apparmor=unconfined",
     "--cgroupns=host",

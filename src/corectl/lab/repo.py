@@ -84,7 +84,12 @@ def vars_for(base: str, index: dict) -> dict:
         "dcgm_exporter_url": f"{base}/{index['dcgm_exporter']['path']}",
         "dcgm_exporter_checksum": f"sha256:{index['dcgm_exporter']['sha256']}",
         "enroot_release_url": f"{base}/enroot/v{{{{ enroot_version }}}}",
+        # the stand-ins are verified like the real releases: by their sha256
+        "enroot_checksums": {
+            Path(p["path"]).name: f"sha256:{p['sha256']}" for p in index["packages"] if p["name"].startswith("enroot")
+        },
         "pyxis_source_url": f"{base}/pyxis/archive/refs/tags/v{{{{ pyxis_version }}}}.tar.gz",
+        "pyxis_source_checksum": f"sha256:{index['pyxis']['sha256']}",
     }
 
 
