@@ -753,6 +753,12 @@ def test_a_killed_provision_leaves_no_secret_and_the_next_one_converges(lab: Pat
     time.sleep(delay)
     proc.kill()
     proc.wait(timeout=30)
+
+    def playbooks_left() -> str:
+        ps = subprocess.run(["pgrep", "-af", "ansible-playbook"], capture_output=True, text=True, check=False)
+        return "\n".join(line for line in ps.stdout.splitlines() if str(lab) in line or str(tmp_path) in line)
+
+    assert wait_for(playbooks_left, lambda out: out == "", 60) == ""  # Ansible went down with corectl
     left = [path for path in tmp_path.rglob("*") if path.is_file()]
     vault_password = (lab / ".vault-pass").read_bytes().strip()
     assert [path for path in left if vault_password in path.read_bytes()] == []
