@@ -80,6 +80,32 @@ VARIANTS = [
     ("  ntp_servers:\n", "  ntp_servers: [\n", "(yaml)", "expected the node content, but found '-'", "    - 10.10.0.1"),
     ("    leaf: leaf2\n", "    leaf: spine1\n", "nodes[2].leaf", "not a leaf"),
     ("      mountpoint: /data\n", "      mountpoint: /home\n", "cephfs.mounts[1].mountpoint", "duplicate mountpoint"),
+    # hostile values (tests/test_hostile_input.py has a corpus of whole files)
+    (
+        "    SLURM_CONF_SERVER: head01\n",
+        "    SLURM_CONF_SERVER: \"{{ lookup('pipe', 'id') }}\"\n",
+        "cluster.environment.SLURM_CONF_SERVER",
+        "must not contain Jinja template markers ('{{')",
+    ),
+    (
+        "    - 10.10.0.2\n",
+        '    - "10.10.0.2\\nserver 203.0.113.66"\n',
+        "cluster.ntp_servers[1]",
+        "must not contain a newline or control character",
+    ),
+    ("    rack: r02\n", "    rack: r02 {% raw %}\n", "nodes[2].rack", "Jinja"),
+    ("    - 10.10.2.2:6789\n", "    - 10.10.2.2:67890\n", "cephfs.monitors[1]", "out of range 1-65535"),
+    ("  - name: dgx[07-12]\n", "  - name: dgx[07-99999999]\n", "nodes[2].name", "past the limit of 100,000 nodes"),
+    ("    user: root\n", "    user: root\n    jump_host: admin@bastion:0\n", "cluster.ssh.jump_host", "port 0"),
+    ("  timezone: Europe/Berlin\n", "  timezone: ../../../etc/passwd\n", "cluster.timezone", "should match pattern"),
+    ("      - ssh-ed25519 AAAA", '      - from="*" ssh-ed25519 AAAA', "users[0].ssh_keys[0]", "options"),
+    (
+        "      - ssh-ed25519 AAAA",
+        "      - ssh-rsa AAAA",
+        "users[0].ssh_keys[0]",
+        "key, not 'ssh-rsa'",
+    ),
+    ("    gid: 20001\n", "    gid: !!python/object/apply:os.system [id]\n", "groups[1].gid", "YAML tag"),
 ]
 
 

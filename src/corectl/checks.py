@@ -5,6 +5,7 @@ Each rule reports the path of the exact field at fault, so the error line points
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,16 +26,43 @@ def _choices(names: Iterable[str]) -> str:
     return ", ".join(listed) if listed else "none declared"
 
 
+_NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# names all partitions may list together (each at most MAX_NODES): bounds the membership checks
+MAX_PARTITION_NAMES = 1_000_000
+
+
 def expand_nodes(config: ClusterConfig, problems: list[Problem]) -> list[Node]:
-    """Expand node ranges into concrete nodes (reporting malformed ranges)."""
+    """Expand node ranges into concrete nodes (reporting malformed ranges, at most MAX_NODES in all).
+
+    All names first: a cluster past MAX_NODES is refused before a single Node is built.
+    """
     ssh = config.cluster.ssh
-    nodes: list[Node] = []
+    expanded: list[tuple[int, list[str]]] = []
+    count = 0
     for index, entry in enumerate(config.nodes):
         try:
-            names = hostlist.expand(entry.name)
+            names = hostlist.expand(entry.name, limit=hostlist.MAX_NODES - count)
+        except hostlist.TooManyNames:
+            message = f"'{entry.name[:60]}' takes the cluster past the limit of {hostlist.MAX_NODES:,} nodes"
+            problems.append(Problem(("nodes", index, "name"), message))
+            return []
         except hostlist.HostlistError as exc:
             problems.append(Problem(("nodes", index, "name"), str(exc)))
             continue
+        count += len(names)
+        bad = next((name for name in names if not _NODE_NAME.match(name)), None)
+        if bad is not None:
+            problems.append(
+                Problem(
+                    ("nodes", index, "name"),
+                    f"'{bad[:70]}' is not a host name (a-z, 0-9 and '-', not first or last; at most 63 characters)",
+                )
+            )
+            continue
+        expanded.append((index, names))
+    nodes: list[Node] = []
+    for index, names in expanded:
+        entry = config.nodes[index]
         try:
             addresses = hostlist.expand_addresses(entry.address, len(names))
         except hostlist.HostlistError as exc:
@@ -101,7 +129,7 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
 def _check_cluster(config: ClusterConfig) -> list[Problem]:
     try:
         zoneinfo.ZoneInfo(config.cluster.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         return [Problem(("cluster", "timezone"), f"unknown time zone '{config.cluster.timezone}'")]
     return []
 
@@ -163,12 +191,9 @@ def _check_fabric(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
                 problems.append(_unknown(("fabric", "switches", i, "switches", j), "switch", child, switches))
             elif child == switch.name:
                 problems.append(Problem(("fabric", "switches", i, "switches", j), "a switch cannot contain itself"))
-    parents: dict[str, list[str]] = {}
-    for switch in fabric.switches:
-        for child in switch.switches:
-            parents.setdefault(child, []).append(switch.name)
+    looped = _in_loops(switches)
     for i, switch in enumerate(fabric.switches):
-        if _reaches(switch.name, switch.name, switches, set()):
+        if switch.name in looped:
             problems.append(Problem(("fabric", "switches", i, "switches"), "switches form a loop"))
     for index, entry in enumerate(config.nodes):
         if entry.leaf is None:
@@ -191,15 +216,50 @@ def _check_fabric(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     return problems
 
 
-def _reaches(start: str, goal: str, switches: dict[str, Switch], seen: set[str]) -> bool:
-    for child in getattr(switches.get(start), "switches", []):
-        if child == goal:
-            return True
-        if child not in seen:
-            seen.add(child)
-            if _reaches(child, goal, switches, seen):
-                return True
-    return False
+def _in_loops(switches: dict[str, Switch]) -> set[str]:
+    """Switches that can reach themselves: Tarjan's strongly connected components, iteratively
+    (a chain of thousands of switches must neither recurse too deep nor take quadratic time)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    looped: set[str] = set()
+    edges = {name: [c for c in switch.switches if c in switches] for name, switch in switches.items()}
+    for root in switches:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            name, child_at = work.pop()
+            if child_at == 0:
+                index[name] = low[name] = len(index)
+                stack.append(name)
+                on_stack.add(name)
+            children = edges[name]
+            if child_at < len(children):
+                work.append((name, child_at + 1))
+                child = children[child_at]
+                if child == name:
+                    looped.add(name)
+                elif child not in index:
+                    work.append((child, 0))
+                elif child in on_stack:
+                    low[name] = min(low[name], index[child])
+                continue
+            if low[name] == index[name]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == name:
+                        break
+                if len(component) > 1:
+                    looped.update(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[name])
+    return looped
 
 
 def _check_identities(config: ClusterConfig) -> list[Problem]:
@@ -229,19 +289,27 @@ def _check_slurm(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     defaults = [i for i, p in enumerate(partitions) if p.default]
     for i in defaults[1:]:
         problems.append(Problem(("slurm", "partitions", i, "default"), "more than one default partition"))
+    budget = MAX_PARTITION_NAMES
     for i, partition in enumerate(partitions):
         path = ("slurm", "partitions", i, "nodes")
         try:
-            members = hostlist.expand(partition.nodes)
+            members = hostlist.expand(partition.nodes, limit=min(hostlist.MAX_NODES, budget))
+        except hostlist.TooManyNames as exc:
+            total = f"partitions list more than {MAX_PARTITION_NAMES:,} node names in all"
+            problems.append(Problem(path, total if budget < hostlist.MAX_NODES else str(exc)))
+            break
         except hostlist.HostlistError as exc:
             problems.append(Problem(path, str(exc)))
             continue
-        for member in members:
-            node = by_name.get(member)
-            if node is None:
-                problems.append(Problem(path, f"unknown node '{member}'"))
-            elif "compute" not in node.roles:
-                problems.append(Problem(path, f"node '{member}' is not a compute node"))
+        budget -= len(members)
+        unknown = [m for m in members if m not in by_name]
+        if unknown:
+            more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+            problems.append(Problem(path, f"unknown node '{unknown[0]}'{more}"))
+        other = [m for m in members if m in by_name and "compute" not in by_name[m].roles]
+        if other:
+            more = f" (and {len(other) - 1} more)" if len(other) > 1 else ""
+            problems.append(Problem(path, f"node '{other[0]}' is not a compute node{more}"))
         for j, group in enumerate(partition.allow_groups):
             if group not in groups:
                 problems.append(_unknown(("slurm", "partitions", i, "allow_groups", j), "group", group, groups))

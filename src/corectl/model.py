@@ -10,14 +10,26 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from corectl.fields import (
+    AbsPath,
+    EnvName,
+    FreeText,
+    HostAddress,
+    HostExpr,
+    Identifier,
+    JumpHost,
+    KeyPath,
+    Label,
+    MonitorAddress,
+    MountOption,
+    Port,
+    PosixUser,
+    SshPublicKey,
+    TimeZone,
+)
+
 Role = Literal["slurm_controller", "slurm_dbd", "login", "compute", "monitoring"]
 ROLES: tuple[str, ...] = ("slurm_controller", "slurm_dbd", "login", "compute", "monitoring")
-
-Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$", max_length=63)]
-HostExpr = Annotated[str, StringConstraints(pattern=r"^[a-z0-9\[\],-]+$", min_length=1)]
-AbsPath = Annotated[str, StringConstraints(pattern=r"^/\S*$")]
-Port = Annotated[int, Field(ge=1, le=65535)]
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class Strict(BaseModel):
@@ -29,28 +41,28 @@ class Strict(BaseModel):
 class SshAccess(Strict):
     """How corectl reaches nodes by default."""
 
-    user: str = Field("root", description="SSH login user on the nodes")
-    key: str | None = Field(
+    user: PosixUser = Field("root", description="SSH login user on the nodes")
+    key: KeyPath | None = Field(
         None, description="private key file; relative paths are relative to the inventory directory"
     )
     port: Port = Field(22, description="SSH port on the nodes")
-    jump_host: str | None = Field(None, description="optional ProxyJump, e.g. admin@bastion:22")
+    jump_host: JumpHost | None = Field(None, description="optional ProxyJump, e.g. admin@bastion:22")
 
 
 class NodeSsh(Strict):
     """Per-node override of how corectl reaches the node (not how nodes reach each other)."""
 
-    host: str | None = Field(None, description="address corectl connects to (default: the node's address)")
+    host: HostAddress | None = Field(None, description="address corectl connects to (default: the node's address)")
     port: Port | None = None
-    user: str | None = None
-    jump_host: str | None = None
+    user: PosixUser | None = None
+    jump_host: JumpHost | None = None
 
 
 class ClusterSettings(Strict):
     name: Identifier = Field(description="cluster name (Slurm ClusterName)")
-    domain: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")]
-    timezone: str = "Etc/UTC"
-    ntp_servers: list[str] = Field(min_length=1, description="NTP servers every node syncs from")
+    domain: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$", max_length=253)]
+    timezone: TimeZone = "Etc/UTC"
+    ntp_servers: list[HostAddress] = Field(min_length=1, description="NTP servers every node syncs from")
     ssh: SshAccess = Field(default_factory=SshAccess)
     environment: dict[EnvName, str] = Field(
         default_factory=dict, description="variables set for every login session (/etc/environment)"
@@ -67,11 +79,11 @@ class GpuSpec(Strict):
 class Profile(Strict):
     """A hardware profile shared by many nodes (numbers as `slurmd -C` reports them)."""
 
-    description: str = ""
-    sockets: Annotated[int, Field(ge=1)]
-    cores_per_socket: Annotated[int, Field(ge=1)]
+    description: FreeText = ""
+    sockets: Annotated[int, Field(ge=1, le=64)]
+    cores_per_socket: Annotated[int, Field(ge=1, le=4096)]
     threads_per_core: Annotated[int, Field(ge=1, le=8)] = 1
-    memory_mb: Annotated[int, Field(ge=256, description="Slurm RealMemory in MiB")]
+    memory_mb: Annotated[int, Field(ge=256, le=2**40, description="Slurm RealMemory in MiB")]
     gpus: GpuSpec | None = None
     scratch: AbsPath | None = Field(None, description="local scratch directory, e.g. /raid")
 
@@ -80,11 +92,14 @@ class NodeEntry(Strict):
     """One node, or a range of nodes such as ``dgx[01-12]`` with a start address."""
 
     name: HostExpr
-    address: str = Field(description="cluster address, or first address of a range")
-    profile: str
+    # checked by hostlist.expand_addresses (IPv4 only), which knows how many nodes the entry has
+    address: Annotated[str, StringConstraints(max_length=255)] = Field(
+        description="cluster IPv4 address, or first address of a range (10.0.1.11 or 10.0.1.[11-22])"
+    )
+    profile: Identifier
     roles: list[Role] = Field(min_length=1)
-    rack: str | None = None
-    leaf: str | None = Field(None, description="leaf switch of the compute fabric")
+    rack: Label | None = None
+    leaf: Label | None = Field(None, description="leaf switch of the compute fabric")
     ssh: NodeSsh | None = None
 
 
@@ -97,7 +112,7 @@ class Switch(Strict):
 
 class Fabric(Strict):
     kind: Literal["infiniband", "ethernet"] = "infiniband"
-    rate_gbps: Annotated[int, Field(ge=1)] = 400
+    rate_gbps: Annotated[int, Field(ge=1, le=100_000)] = 400
     switches: list[Switch] = Field(min_length=1)
 
 
@@ -106,8 +121,8 @@ class Partition(Strict):
     nodes: HostExpr
     default: bool = False
     max_time: Annotated[str, StringConstraints(pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d{2}){0,2})$")] = "INFINITE"
-    max_nodes: Annotated[int, Field(ge=1)] | None = None
-    allow_groups: list[str] = Field(default_factory=list)
+    max_nodes: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    allow_groups: list[Identifier] = Field(default_factory=list)
 
 
 class Slurm(Strict):
@@ -124,9 +139,9 @@ class Group(Strict):
 class User(Strict):
     name: Identifier
     uid: Annotated[int, Field(ge=1000, le=60000)]
-    group: str = Field(description="primary group")
-    groups: list[str] = Field(default_factory=list, description="supplementary groups")
-    ssh_keys: list[str] = Field(default_factory=list)
+    group: Identifier = Field(description="primary group")
+    groups: list[Identifier] = Field(default_factory=list, description="supplementary groups")
+    ssh_keys: list[SshPublicKey] = Field(default_factory=list, description="OpenSSH public keys, one per item")
     admin: bool = False
     shell: AbsPath = "/bin/bash"
     state: Literal["present", "absent"] = "present"
@@ -138,18 +153,18 @@ class CephMount(Strict):
     mountpoint: AbsPath
     client: Identifier = Field(description="cephx client id (without 'client.')")
     fuse: bool = False
-    options: list[str] = Field(default_factory=lambda: ["noatime"])
+    options: list[MountOption] = Field(default_factory=lambda: ["noatime"])
 
 
 class Cephfs(Strict):
-    monitors: list[str] = Field(min_length=1, description="monitor addresses, host:port")
+    monitors: list[MonitorAddress] = Field(min_length=1, description="monitor addresses, host:port")
     mounts: list[CephMount] = Field(default_factory=list)
 
 
 class Monitoring(Strict):
     prometheus: bool = True
-    scrape_interval: Annotated[str, StringConstraints(pattern=r"^\d+[smh]$")] = "30s"
-    retention: Annotated[str, StringConstraints(pattern=r"^\d+[hdwy]$")] = "15d"
+    scrape_interval: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[smh]$")] = "30s"
+    retention: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[hdwy]$")] = "15d"
 
 
 class ClusterConfig(Strict):

@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)
     if not args.no_daemon:
         os.setsid()
+    gpusim.catch_termination()
     gpusim.write_pid(NAME)
     if args.pid:
         Path(args.pid).write_text(f"{os.getpid()}\n")

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--foreground", "-f", action="store_true", help="always the case for the stand-in")
     args, _unknown = parser.parse_known_args(argv)
 
+    gpusim.catch_termination()
     state = gpusim.load_or_none()
     code, message = gpusim.driver_check(state)
     if code:

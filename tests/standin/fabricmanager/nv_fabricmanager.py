@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             gpu["fabric"] = {"state": "Completed", "status": "Success"}
         current["fm_running"] = True
 
+    gpusim.catch_termination()
     gpusim.write_pid(NAME)
     gpusim.update(start)
     log = config.get("LOG_FILE_NAME", "/var/log/fabricmanager.log")

@@ -405,19 +405,27 @@ def gpu_clients(state: dict[str, Any]) -> list[str]:
     return clients
 
 
-def run_until_terminated(on_exit: Callable[[], None]) -> int:
-    """Block until SIGTERM/SIGINT, run on_exit, return 0 (the daemons' foreground loop)."""
+_TERMINATED: list[int] = []
+
+
+def catch_termination() -> None:
+    """Catch SIGTERM/SIGINT from now on: a daemon calls this before it changes any state, so a
+    signal during start-up still ends in its clean shutdown (as the real daemons do)."""
 
     def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(0)
+        _TERMINATED.append(signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+
+
+def run_until_terminated(on_exit: Callable[[], None]) -> int:
+    """Block until SIGTERM/SIGINT, run on_exit, return 0 (the daemons' foreground loop)."""
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        catch_termination()
     try:
-        while True:
-            signal.pause()
-    except SystemExit:
-        pass
+        while not _TERMINATED:
+            time.sleep(0.05)
     finally:
         on_exit()
     return 0

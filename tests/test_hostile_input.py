@@ -1,0 +1,250 @@
+"""Hostile cluster.yml files: each ends in a clean file:line error (exit 2), never in a traceback,
+a hang, code run by Ansible's templating or an extra line in a generated file.
+
+tests/corpus/NN-*.yml are small sites with one fault each; line 1 says what must be reported:
+``# expect: <dotted.path>: <a word of the message>``. Each goes through the real CLI in a
+subprocess, with a 10 s timeout as the hang guard. tests/corpus/valid.yml is the same kind of site
+with legitimate values for every strictly checked field, and must stay valid.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from corectl import hostlist, yamlsrc
+from corectl.errors import ValidationFailed
+from corectl.loader import MAX_PROBLEMS, load_cluster
+from corectl.render import render_text
+from corectl.yamlsrc import MAX_BYTES, MAX_WRITTEN
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "corpus"
+CASES = sorted(CORPUS.glob("[0-9][0-9]-*.yml"))
+EXPECT = re.compile(r"^# expect: (?P<path>\S+): (?P<word>.+)$")
+ERROR_LINE = re.compile(r"^(?P<file>\S+cluster\.yml):(?P<line>\d+): (?P<path>\S+): (?P<message>.+)$")
+TIMEOUT = 10
+Result = tuple[subprocess.CompletedProcess[str], float]
+
+
+def _validate(site: Path) -> Result:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "corectl.cli", "validate", "--inventory", str(site)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        cwd=ROOT,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    return proc, time.monotonic() - start
+
+
+def _site_with(directory: Path, content: bytes) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "cluster.yml").write_bytes(content)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def corpus_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    """Every corpus file through the CLI once (two at a time: each is a fresh interpreter)."""
+    base = tmp_path_factory.mktemp("corpus")
+    sites = {case.stem: _site_with(base / case.stem, case.read_bytes()) for case in CASES}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip(sites, pool.map(_validate, sites.values()), strict=True))
+    slowest = max(done, key=lambda name: done[name][1])
+    print(f"\nslowest corpus file: {slowest} ({done[slowest][1]:.2f} s, interpreter start included)")
+    return done
+
+
+def _assert_clean_failure(proc: subprocess.CompletedProcess[str]) -> list[re.Match[str]]:
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    assert "Traceback" not in output, output
+    lines = proc.stderr.splitlines()
+    assert lines, output
+    parsed = [ERROR_LINE.match(line) for line in lines]
+    assert all(parsed), lines
+    return [m for m in parsed if m is not None]
+
+
+def test_corpus_is_large_enough():
+    assert len(CASES) >= 40
+    assert len({case.name[:2] for case in CASES}) == len(CASES), "two corpus files share a number"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.stem for case in CASES])
+def test_corpus_file_fails_with_one_clean_line_per_problem(case: Path, corpus_results):
+    first = case.read_bytes().split(b"\n", 1)[0].decode()
+    expected = EXPECT.match(first)
+    assert expected, f"{case.name}: line 1 must be '# expect: <path>: <word>'"
+    proc, _ = corpus_results[case.stem]
+    found = _assert_clean_failure(proc)
+    ours = [m for m in found if m["path"] == expected["path"]]
+    assert ours, f"no error for {expected['path']}: {proc.stderr}"
+    assert any(expected["word"] in m["message"] for m in ours), proc.stderr
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.stem for case in CASES])
+def test_corpus_without_the_libyaml_screen(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Without libyaml (or past a syntax error libyaml stops at) ruamel's own events are guarded:
+    the same problem is reported."""
+    monkeypatch.setattr(yamlsrc, "_screen", lambda text: False)
+    expected = EXPECT.match(case.read_bytes().split(b"\n", 1)[0].decode())
+    assert expected
+    site = _site_with(tmp_path / "site", case.read_bytes())
+    with pytest.raises(ValidationFailed) as failed:
+        load_cluster(site)
+    found = [ERROR_LINE.match(line) for line in failed.value.lines]
+    assert all(found), failed.value.lines
+    assert any(m["path"] == expected["path"] and expected["word"] in m["message"] for m in found if m)
+
+
+VALID = (CORPUS / "valid.yml").read_text()
+LAST = VALID.count("\n")  # lines of valid.yml
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        # over the size limit: refused before it is read
+        (VALID + "# padding\n" * (MAX_BYTES // 10 + 1), 1, f"larger than {MAX_BYTES // 2**20} MiB"),
+        # a flat list of more values than a real site has: refused by the fast (libyaml) pass
+        (VALID + "extra: [" + "0, " * (MAX_WRITTEN + 10) + "0]\n", LAST + 1, f"more than {MAX_WRITTEN:,} values"),
+        # a second document after a long first one
+        ("#\n" * 20_000 + VALID + "---\n{}\n", 20_000 + LAST + 1, "second YAML document"),
+    ],
+    ids=["huge-file", "too-many-values", "late-second-document"],
+)
+def test_generated_hostile_files(tmp_path: Path, text: str, line: int, words: str):
+    site = _site_with(tmp_path / "site", text.encode())
+    proc, _ = _validate(site)
+    found = _assert_clean_failure(proc)
+    assert [(m["path"], int(m["line"]), words in m["message"]) for m in found] == [("(yaml)", line, True)], found
+
+
+def test_hostlist_refuses_huge_ranges_without_building_them():
+    with pytest.raises(hostlist.TooManyNames, match="100,000"):
+        hostlist.expand("dgx[1-99999999999]")
+    with pytest.raises(hostlist.TooManyNames):
+        hostlist.expand("a[1-60000],b[1-60000]")
+    with pytest.raises(hostlist.HostlistError, match="bad range"):
+        hostlist.expand("dgx[" + "9" * 5000 + "]")
+    assert len(hostlist.expand("n[1-10]", limit=10)) == 10
+    with pytest.raises(hostlist.TooManyNames):
+        hostlist.expand("n[1-11]", limit=10)
+    with pytest.raises(hostlist.HostlistError, match=r"255\.255\.255\.255"):
+        hostlist.expand_addresses("255.255.255.250", 10)
+    with pytest.raises(hostlist.HostlistError, match="more than 3 addresses"):
+        hostlist.expand_addresses("10.0.0.[1-99999999999]", 3)
+
+
+def test_problems_are_capped_with_a_count_of_the_rest(tmp_path: Path):
+    users = "".join(f"  - name: u{i}\n    uid: {i}\n    group: research\n" for i in range(MAX_PROBLEMS + 50))
+    site = _site_with(tmp_path / "many", VALID.replace("users:\n", "users:\n" + users, 1).encode())
+    with pytest.raises(ValidationFailed) as failed:
+        load_cluster(site)
+    lines = failed.value.lines
+    assert len(lines) == MAX_PROBLEMS + 1
+    assert all(ERROR_LINE.match(line) for line in lines)
+    assert lines[-1].endswith(": (document): 50 more problems not shown (fix these first)")
+
+
+def test_a_long_chain_of_switches_is_checked_without_recursion(tmp_path: Path):
+    chain = "".join(f"    - name: s{i}\n      switches: [s{i + 1}]\n" for i in range(3000))
+    text = VALID.replace("fabric:\n  switches:\n", "fabric:\n  switches:\n" + chain + "    - name: s3000\n", 1)
+    site = _site_with(tmp_path / "chain", text.encode())
+    with pytest.raises(ValidationFailed) as failed:
+        load_cluster(site)
+    assert not any("form a loop" in line for line in failed.value.lines)
+    assert any("leaf switch 's3000' has no nodes" in line for line in failed.value.lines)
+    looped = text.replace("    - name: s3000\n", "    - name: s3000\n      switches: [s0]\n", 1)
+    (site / "cluster.yml").write_text(looped)
+    with pytest.raises(ValidationFailed) as failed:
+        load_cluster(site)
+    assert "switches form a loop" in failed.value.lines[0]
+    assert failed.value.lines[-1].endswith(
+        f": (document): {3001 - MAX_PROBLEMS:,} more problems not shown (fix these first)"
+    )
+
+
+def test_valid_site_with_every_strict_field_passes(tmp_path: Path):
+    site = _site_with(tmp_path / "valid", VALID.encode())
+    proc, _ = _validate(site)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cluster = load_cluster(site)
+    config = cluster.config
+    assert config.cluster.ntp_servers == ["10.0.0.1", "2001:db8::123", "0.pool.ntp.org"]
+    assert config.cluster.ssh.jump_host == "admin@bastion.example.org:2222,jump@[2001:db8::1]:22"
+    assert config.cephfs is not None
+    assert "[2001:db8::10]:3300" in config.cephfs.monitors
+    assert "name=corectl" in config.cephfs.mounts[0].options
+    assert [key.split()[0] for key in config.users[0].ssh_keys] == [
+        "ssh-ed25519",
+        "ecdsa-sha2-nistp256",
+        "sk-ssh-ed25519@openssh.com",
+    ]
+    assert config.slurm.partitions[0].max_time == "2-00:00:00"  # written as `!!str 2-00:00:00`
+    # the merge key (<<: *compute) gives dgx03 the anchored entry's rack
+    assert cluster.node("dgx03").rack == "R1.2"
+    hosts = yaml.safe_load(render_text(cluster))["all"]
+    assert hosts["vars"]["ansible_ssh_common_args"] == f"-o ProxyJump={config.cluster.ssh.jump_host}"
+    assert hosts["hosts"]["dgx03"]["ansible_host"] == "2001:db8::13"
+
+
+@pytest.mark.parametrize("site", ["core", "lab"])
+def test_shipped_sites_still_validate(site: str):
+    cluster = load_cluster(ROOT / "inventories" / site)
+    assert cluster.nodes
+
+
+@pytest.mark.parametrize("ceph", [False, True])
+def test_lab_site_with_a_real_ssh_key_validates(tmp_path: Path, ceph: bool):
+    """The lab's cluster.yml as `corectl lab up` writes it (the end-to-end test's prefix, subnet
+    and ports), with a user key made by ssh-keygen."""
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen is not installed")
+    from corectl.lab.nodes import LabSpec, write_inventory
+    from corectl.site import Site
+
+    key = tmp_path / "alice_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "corectl-lab-labtest-alice_ed25519", "-f", str(key)],
+        check=True,
+    )
+    site = Site(root=ROOT, directory=tmp_path / "labtest")
+    spec = LabSpec(site=site, computes=2, subnet="172.29.210.0/24", ssh_port_base=22300, prefix="e2e-", ceph=ceph)
+    write_inventory(spec, user_key=key.with_suffix(".pub").read_text().strip())
+    cluster = load_cluster(site.directory)
+    assert [n.name for n in cluster.nodes] == ["e2e-dgx01", "e2e-dgx02", "e2e-head01"]
+    assert cluster.config.users[0].ssh_keys[0].startswith("ssh-ed25519 AAAA")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("    SITE: tiny\n", "    SITE: tiny\n    NO_PROXY: 'a{b}c, 50%'\n"),
+        ("    rack: r01\n    ssh:", "    rack: 01.A_b-2\n    ssh:"),
+        ("    - 10.0.0.1\n", "    - ntp.example.org.\n    - fd00::1\n"),
+        ("[noatime, name=corectl]", "[noatime, _netdev, x-systemd.mount-timeout=30, secretfile=/etc/ceph/x.secret]"),
+        ("admin@bastion.example.org:2222", "bastion,admin@[2001:db8::2]:2222,ops_1@10.0.0.9"),
+    ],
+    ids=["free-text-braces", "rack", "ntp", "mount-options", "jump-chain"],
+)
+def test_legitimate_edge_values_pass(tmp_path: Path, old: str, new: str):
+    text = (CORPUS / "01-alias-bomb.yml").read_text()
+    base = text[text.index("cluster:\n") :]  # the corpus' site, without the bomb in front
+    assert old in base
+    site = _site_with(tmp_path / "edge", base.replace(old, new, 1).encode())
+    cluster = load_cluster(site)
+    assert len(cluster.nodes) == 5
