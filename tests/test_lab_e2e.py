@@ -695,7 +695,9 @@ def hosts_reached(run_dir: Path) -> set[str]:
             event = json.loads(path.read_text())
         except (OSError, ValueError):  # being written
             continue
-        if event.get("event", "").startswith("runner_on_") and event.get("event_data", {}).get("host"):
+        kind = event.get("event", "")
+        # runner_on_start only says a task began on the host; a result is ok/failed/skipped/...
+        if kind.startswith("runner_on_") and kind != "runner_on_start" and event.get("event_data", {}).get("host"):
             hosts.add(event["event_data"]["host"])
     return hosts
 
