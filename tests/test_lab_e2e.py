@@ -691,6 +691,8 @@ def hosts_reached(run_dir: Path) -> set[str]:
     """Hosts with a task result so far in a run's live events."""
     hosts = set()
     for path in (run_dir / "job_events").glob("*.json"):
+        if path.name.endswith("-partial.json"):  # written by Ansible's callback before corectl has seen it
+            continue
         try:
             event = json.loads(path.read_text())
         except (OSError, ValueError):  # being written
