@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -172,3 +173,57 @@ def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
     assert sorted(p.name for p in runs.iterdir()) == sorted(
         [in_progress.name, "not-a-run", *(r.name for r in finished[2:])]
     )
+
+
+def test_add_node_killed_at_random_points_leaves_every_file_old_or_new(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """SIGKILL at random points of an add-node (validate, cluster.yml edit, render, secrets check,
+    first playbook): cluster.yml, hosts.yml and the secrets are each the old or the new file, never
+    partial. The nodes' SSH ports are closed (connection refused), so each run fails fast at its
+    first playbook, after every file it writes has been written."""
+    from corectl.lab.nodes import LabSpec, lab_cluster
+
+    site = Site(root=ROOT, directory=tmp_path / "killsite")
+    site.directory.mkdir()
+    port = 1031  # nothing listens there: connection refused
+    site.cluster_file.write_text(json.dumps(lab_cluster(LabSpec(site=site, computes=1, ssh_port_base=port))))
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
+    monkeypatch.setenv("CORECTL_VAULT_PASSWORD", VAULT_PASSWORD)
+    secrets.init(site)
+    corectl = str(Path(sys.executable).parent / "corectl")
+    subprocess.run([corectl, "render", "--inventory", str(site.directory)], check=True, capture_output=True)
+    watched = [site.cluster_file, site.hosts_file, *sorted((site.directory / "secrets").iterdir())]
+    old = {path: path.read_bytes() for path in watched}
+    add = [corectl, "add-node", "dgx09", "--inventory", str(site.directory), "--address", "172.29.10.19"]
+    add += ["--profile", "dgx-standin", "--leaf", "leaf1", "--ssh-host", "127.0.0.1", "--ssh-port", str(port + 9)]
+
+    def restore() -> None:
+        for path, data in old.items():
+            path.write_bytes(data)
+
+    started = time.monotonic()
+    reference = subprocess.run(add, capture_output=True, text=True, check=False)
+    whole = time.monotonic() - started
+    assert reference.returncode != 0 and "Traceback" not in reference.stderr, reference.stderr
+    assert "unreachable" in reference.stdout + reference.stderr or "failed on" in reference.stderr
+    new = {path: path.read_bytes() for path in watched}
+    assert new[site.cluster_file] != old[site.cluster_file] and new[site.hosts_file] != old[site.hosts_file]
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    # most kills in the first second or so, where the files are written; the rest anywhere
+    delays = [rng.uniform(0.2, 1.2) for _ in range(4)] + [rng.uniform(0.2, whole) for _ in range(2)]
+    print(f"\nadd-node took {whole:.1f} s; kill delays (seed {seed}): {', '.join(f'{d:.2f}' for d in delays)}")
+    seen_new = 0
+    for delay in delays:
+        restore()
+        proc = subprocess.Popen(add, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.kill()
+        proc.wait(timeout=30)
+        for path in watched:
+            data = path.read_bytes()
+            assert data in (old[path], new[path]), f"{path.name} is neither old nor new after a kill at {delay:.2f} s"
+        seen_new += site.cluster_file.read_bytes() == new[site.cluster_file]
+        leftovers = [p.name for p in site.directory.iterdir() if p.name.endswith(".tmp")]
+        for name in leftovers:  # a kill between write and rename leaves the temporary file, never a mix
+            (site.directory / name).unlink()
+    print(f"{seen_new} of {len(delays)} kills came after the cluster.yml edit")
