@@ -71,6 +71,14 @@ def _port(text: str, where: str) -> None:
         raise ValueError(f"port {text} in '{where}' is out of range 1-65535")
 
 
+def _bracketed_v6(text: str, where: str) -> None:
+    """The address inside ``[...]`` of a host:port or a jump hop must be IPv6."""
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        raise ValueError(f"'[{text}]' in {where} is not an IPv6 address") from None
+
+
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:\[\]]+)):(?P<port>[^:]*)$")
 
 
@@ -85,10 +93,7 @@ def _monitor(value: str) -> str:
         raise ValueError(f"'{value}' is not host:port (e.g. 10.0.2.1:6789)")
     _port(match["port"], value)
     if match["v6"] is not None:
-        try:
-            ipaddress.IPv6Address(match["v6"])
-        except ValueError:
-            raise ValueError(f"'[{match['v6']}]' in '{value}' is not an IPv6 address") from None
+        _bracketed_v6(match["v6"], f"'{value}'")
     else:
         _host(match["host"])
     return value
@@ -109,10 +114,7 @@ def _jump_host(value: str) -> str:
         if match["user"] is not None and not _POSIX_USER.match(match["user"]):
             raise ValueError(f"user '{match['user']}' in hop '{hop}' is not a valid user name")
         if match["v6"] is not None:
-            try:
-                ipaddress.IPv6Address(match["v6"])
-            except ValueError:
-                raise ValueError(f"'[{match['v6']}]' in hop '{hop}' is not an IPv6 address") from None
+            _bracketed_v6(match["v6"], f"hop '{hop}'")
         else:
             problem = _host_problem(match["host"])
             if problem is not None:
