@@ -21,6 +21,7 @@ import signal
 import socket
 import stat
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -405,15 +406,15 @@ def gpu_clients(state: dict[str, Any]) -> list[str]:
     return clients
 
 
-_TERMINATED: list[int] = []
+_TERMINATED = threading.Event()
 
 
 def catch_termination() -> None:
     """Catch SIGTERM/SIGINT from now on: a daemon calls this before it changes any state, so a
     signal during start-up still ends in its clean shutdown (as the real daemons do)."""
 
-    def stop(signum: int, _frame: object) -> None:
-        _TERMINATED.append(signum)
+    def stop(_signum: int, _frame: object) -> None:
+        _TERMINATED.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -424,8 +425,7 @@ def run_until_terminated(on_exit: Callable[[], None]) -> int:
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         catch_termination()
     try:
-        while not _TERMINATED:
-            time.sleep(0.05)
+        _TERMINATED.wait()
     finally:
         on_exit()
     return 0
