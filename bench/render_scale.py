@@ -1,8 +1,8 @@
 """How validation and rendering scale with cluster size.
 
 Generates cluster.yml files of growing size (DGX ranges of 12 nodes per leaf switch, like
-inventories/core) and times load_cluster + render_text on each, in this process, against the
-13-node core site as the baseline. Prints per-node cost ratios: ~1.0 means linear scaling.
+inventories/prod) and times load_cluster + render_text on each, in this process, against the
+13-node prod site as the baseline. Prints per-node cost ratios: ~1.0 means linear scaling.
 
     .venv/bin/python bench/render_scale.py
 """
@@ -25,7 +25,7 @@ REPEAT = 3
 
 
 def site_with(dgx: int, directory: Path) -> Path:
-    data = yaml.safe_load((ROOT / "inventories" / "core" / "cluster.yml").read_text())
+    data = yaml.safe_load((ROOT / "inventories" / "prod" / "cluster.yml").read_text())
     leaves = (dgx + 11) // 12
     data["nodes"] = [data["nodes"][0]] + [
         {
@@ -58,9 +58,9 @@ def timed(site: Path) -> float:
 
 
 def main() -> None:
-    baseline_site = ROOT / "inventories" / "core"
+    baseline_site = ROOT / "inventories" / "prod"
     base = timed(baseline_site) / 13
-    print(f"baseline: core site, 13 nodes, {base * 1e3:.3f} ms per node (validate + render)")
+    print(f"baseline: prod site, 13 nodes, {base * 1e3:.3f} ms per node (validate + render)")
     with tempfile.TemporaryDirectory() as tmp:
         for size in SIZES:
             site = site_with(size, Path(tmp))

@@ -14,9 +14,9 @@ def root() -> Path:
 
 
 @pytest.fixture
-def core_copy(tmp_path: Path) -> Path:
-    """A writable copy of inventories/core as a site directory."""
-    site = tmp_path / "core"
+def prod_copy(tmp_path: Path) -> Path:
+    """A writable copy of inventories/prod as a site directory."""
+    site = tmp_path / "prod"
     site.mkdir()
-    shutil.copy(ROOT / "inventories" / "core" / "cluster.yml", site / "cluster.yml")
+    shutil.copy(ROOT / "inventories" / "prod" / "cluster.yml", site / "cluster.yml")
     return site

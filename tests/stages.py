@@ -7,7 +7,8 @@
 
 The lab and each molecule scenario use their own docker network, node names (Slurm's cgroups
 are named after nodes) and ports, so they can run side by side. Every stage writes its output
-to build/<stage>.log; a failed stage's log tail is printed. Exit status 1 when any stage failed.
+to build/<stage>.log; a failed stage's log tail is printed, and its first error lines again at
+the very end (where a reader of the last lines looks). Exit status 1 when any stage failed.
 
     python tests/stages.py [all | lint | unit | image | lab | molecule [SCENARIO ...]]
 """
@@ -15,6 +16,7 @@ to build/<stage>.log; a failed stage's log tail is printed. Exit status 1 when a
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -35,6 +37,21 @@ class Outcome:
     seconds: float
     ok: bool
     note: str = ""
+
+
+FIRST_ERRORS = re.compile(r"^(E\s+.*\berror\b.*|.*fatal: \[.*|(FAILED|ERROR) tests/.*)$", re.IGNORECASE)
+
+
+def first_errors(log: Path, limit: int = 4, width: int = 300) -> list[str]:
+    """The first distinct error lines of a stage's log: pytest's E lines and summary, Ansible's fatal."""
+    found: list[str] = []
+    for raw in log.read_text(errors="replace").splitlines():
+        line = raw.strip()[:width]
+        if FIRST_ERRORS.match(line) and line not in found:
+            found.append(line)
+            if len(found) == limit:
+                break
+    return found
 
 
 class Stages:
@@ -185,6 +202,9 @@ def main(argv: list[str]) -> int:
             closing = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("=")]
             print(f"pytest {name}: {closing[-1].strip('= ') if closing else 'no summary'}", flush=True)
     failed = [o.name for o in stages.outcomes if not o.ok]
+    for name in failed:
+        for line in first_errors(BUILD / f"{name}.log"):
+            print(f"{name}: {line}", flush=True)
     print(f"stages: {len(stages.outcomes) - len(failed)} passed, {len(failed)} failed", flush=True)
     if "image" in failed:
         print("the image failed: the lab and molecule stages did not run", flush=True)

@@ -56,6 +56,13 @@ CHRONY_SYNCED = (
     "A29FC87B,ntp.example.org,3,1767225600.0,0.000012,0.000001,0.000020,-1.2,0.001,0.02,0.01,0.001,64.1,Normal\n"
 )
 CHRONY_UNSYNCED = "00000000,,0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,0.0,Not synchronised\n"
+# chrony with no source serving its own clock (`local stratum 10`): the real report of
+# tests/samples/chronyc-tracking.local-stratum-10.srlinux-ntp-server.txt as -c prints it (test_samples checks this)
+CHRONY_LOCAL = (
+    "7F7F0101,,10,1770180461.000000000,-0.000000000,+0.000000000,0.000000000,-286.484,+0.000,0.000,0.000000000,"
+    "0.000000000,0.0,Normal\n"
+)
+SAMPLES = ROOT / "tests" / "samples"
 
 
 def mounted_writable() -> str | None:
@@ -268,6 +275,8 @@ FAULTS = [
     ("nvlink-errors", ["set", "gpus.2.nvlinks.4.crc_errors", "5000"], "nvlink", "GPU 2 link 4 CRC Errors 5000"),
     ("slurmd-down", None, "services", "slurmd is failed"),
     ("clock-unsynced", None, "clock", "clock not synchronised"),
+    ("clock-local-reference", None, "clock", "clock not synchronised to a real source: chrony is serving its local"),
+    ("gpu-off-the-bus-no-xid", None, "xid", "GPU on PCI:0000:b3:00 has fallen off the bus and is not responding"),
 ]
 
 
@@ -293,6 +302,10 @@ def test_fault_is_reported_by_the_right_check(
         node.service("slurmd", "failed")
     elif fault == "clock-unsynced":
         node.chrony.write_text(CHRONY_UNSYNCED)
+    elif fault == "clock-local-reference":
+        node.chrony.write_text(CHRONY_LOCAL)
+    elif fault == "gpu-off-the-bus-no-xid":  # the real probe-time message, read from the kernel log as the only fault
+        node.config["xid_command"] = ["cat", str(SAMPLES / "dmesg-fallen-off-bus.nvsentinel-155.log")]
     rc, report = node.report()
     assert rc == 1
     assert report["ok"] is False
@@ -332,6 +345,25 @@ def test_application_xids_and_old_xids_are_ignored(node: SimNode):
     rc, report = node.report("--only", "xid")
     assert rc == 1
     assert message(report, "xid") == "XID 48 on PCI:0000:5d:00: Double Bit ECC Error."
+
+
+def test_gpu_off_the_bus_with_and_without_its_xid(node: SimNode, tmp_path: Path):
+    """Slurm's drain reason for a GPU lost at probe time, and the same GPU with its Xid 79 from the stand-in."""
+    fallen = (SAMPLES / "dmesg-fallen-off-bus.nvsentinel-155.log").read_text().replace("0000:b3:00", "0000:18:00")
+    log = tmp_path / "kernel.log"
+    log.write_text(fallen)
+    node.config["xid_command"] = ["cat", str(log)]
+    slurm = node.check("--slurm", "--only", "xid")
+    assert (slurm.returncode, slurm.stdout) == (
+        1,
+        "xid: GPU on PCI:0000:18:00 has fallen off the bus and is not responding to commands (PCI ID 10de:26b5); "
+        "no Xid 79 logged for it\n",
+    )
+    # GPU 0 of the stand-in is on bus 18: with its Xid 79 in the same log the GPU is reported once, as the Xid
+    node.sim("fault", "xid", "--gpu", "0", "--xid", "79")
+    log.write_text(node.tool("gpu-sim", "kernel-log").stdout + fallen)
+    slurm = node.check("--slurm", "--only", "xid")
+    assert slurm.stdout == "xid: XID 79 on PCI:0000:18:00: GPU has fallen off the bus.\n"
 
 
 def test_kernel_log_is_the_kernel_format(node: SimNode):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,8 @@ def report(node: str, **statuses: str | tuple[str, str]) -> dict[str, Any]:
     return {"node": node, "ok": all(c["status"] != "fail" for c in checks), "checks": checks}
 
 
-def text_of(renderable: object) -> str:
-    console = Console(record=True, width=200, color_system=None)
+def text_of(renderable: object, width: int = 200) -> str:
+    console = Console(record=True, width=width, color_system=None, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
 
@@ -106,15 +107,86 @@ def test_table_highlights_failures_with_footnotes():
     reports = {"dgx01": HEALTHY, "dgx02": LOST_GPU}
     table, notes = health_table(reports)
     assert notes == ["[1] dgx02 gpu-count: 7 of 8 GPUs visible to nvidia-smi", "skipped on every node: dcgm-diag"]
-    assert table.title == "health: 1 of 2 nodes healthy"
+    assert table.title == "health: 2 nodes checked, 1 passed, 1 failed"
     cells = {column.header: list(column.cells) for column in table.columns}
     assert [str(c) for c in cells["gpu-count"]] == ["ok", "FAIL [1]"]
     assert cells["gpu-count"][1].style == "bold red"
     assert cells["node"][1].style == "bold red"
-    text = text_of(render_report(reports))
+    text = text_of(render_report(reports, wide=True))
     lines = text.splitlines()
     assert any(line.replace("│", " ").split()[:4] == ["dgx02", "ok", "FAIL", "[1]"] for line in lines), text
     assert "[1] dgx02 gpu-count: 7 of 8 GPUs visible to nvidia-smi" in text
+
+
+def test_default_report_lists_only_the_failing_nodes():
+    text = text_of(render_report({"dgx01": HEALTHY, "dgx02": LOST_GPU}))
+    assert text.splitlines() == [
+        "health: 2 nodes checked, 1 passed, 1 failed (skipped: dcgm-diag)",
+        "dgx02  gpu-count: 7 of 8 GPUs visible to nvidia-smi",
+    ]
+
+
+def test_all_passing_is_one_summary_line():
+    text = text_of(render_report({"dgx01": HEALTHY, "dgx03": report("dgx03", ecc="pass")}), width=80)
+    assert text.splitlines() == ["health: 2 nodes checked, 2 passed, 0 failed (skipped: dcgm-diag)"]
+    one = text_of(render_report({"dgx03": report("dgx03", ecc="pass")}))
+    assert one == "health: 1 node checked, 1 passed, 0 failed\n"
+
+
+def test_long_messages_are_shortened_but_the_node_and_check_stay_whole():
+    long_name = "corectl-labtest-e2e-dgx01"
+    broken = report(long_name, driver_version=("fail", "word " * 200))
+    lines = text_of(render_report({long_name: broken}), width=80).splitlines()
+    assert lines[1].split()[:2] == [long_name, "driver-version:"]
+    assert lines[-1].rstrip().endswith("…")
+    assert len(lines) < 8  # 1,000 characters of message cut to MESSAGE_LIMIT
+    assert all(len(line) <= 80 for line in lines)
+
+
+def thousand_nodes() -> dict[str, dict[str, Any]]:
+    """999 healthy dgxNNNN nodes and a long-named one; 3 fail, each on different checks."""
+    passing = {"driver_version": "pass", "gpu_count": "pass", "ecc": "pass", "xid": "pass", "dcgm_diag": "skip"}
+    reports = {f"dgx{i:04d}": report(f"dgx{i:04d}", **passing) for i in range(1, 1000)}
+    reports["dgx0007"] = report(
+        "dgx0007",
+        **{
+            **passing,
+            "ecc": ("fail", "GPU 3: 2 uncorrectable volatile ECC errors, 1 retired page pending; reset the GPU"),
+            "xid": ("fail", "Xid 79 on GPU 3 (fallen off the bus)"),
+        },
+    )
+    reports["dgx0512"] = report("dgx0512", **{**passing, "gpu_count": ("fail", "7 of 8 GPUs visible to nvidia-smi")})
+    reports["corectl-labtest-e2e-dgx01"] = report(
+        "corectl-labtest-e2e-dgx01",
+        reachable=("fail", "unreachable: ssh: connect to host 10.0.1.77 port 22: No route to host"),
+    )
+    return dict(sorted(reports.items()))
+
+
+FAILING = {"dgx0007": ["ecc", "xid"], "dgx0512": ["gpu-count"], "corectl-labtest-e2e-dgx01": ["reachable"]}
+
+
+def test_a_thousand_nodes_at_80_columns():
+    reports = thousand_nodes()
+    assert len(reports) == 1000
+    lines = text_of(render_report(reports), width=80).splitlines()
+    assert lines[0] == "health: 1,000 nodes checked, 997 passed, 3 failed (skipped: dcgm-diag)"
+    assert all(len(line) <= 80 for line in lines), lines
+    assert len(lines) < 20, lines  # the 997 passing nodes are not listed
+    starts = {line.split()[0]: line for line in lines[1:] if line and not line[0].isspace()}
+    assert set(starts) == set(FAILING)  # each failing node once, whole, at the start of its line
+    for node, checks in FAILING.items():
+        assert starts[node].split()[1] == f"{checks[0]}:", starts[node]
+        for check in checks:
+            assert any(f"{check}:" in line.split() for line in lines), check
+    assert "Xid 79 on GPU 3" in " ".join(line.strip() for line in lines)
+    assert not any(line.startswith("dgx0001") for line in lines)
+
+
+def test_a_thousand_nodes_wide_is_the_matrix():
+    lines = text_of(render_report(thousand_nodes(), wide=True)).splitlines()
+    assert len(lines) > 1000  # one row per node
+    assert any(line.replace("│", " ").split()[:2] == ["dgx0001", "ok"] for line in lines)
 
 
 def test_json_shape():
@@ -145,8 +217,8 @@ def fake_run(monkeypatch: pytest.MonkeyPatch) -> list[RunRequest]:
     return seen
 
 
-def test_cli_health_json(core_copy: Path, fake_run: list[RunRequest]):
-    result = CliRunner().invoke(app, ["health", "--inventory", str(core_copy), "--json", "--level", "2"])
+def test_cli_health_json(prod_copy: Path, fake_run: list[RunRequest]):
+    result = CliRunner().invoke(app, ["health", "--inventory", str(prod_copy), "--json", "--level", "2"])
     assert result.exit_code == 1, result.output
     data = json.loads(result.stdout)
     assert data["ok"] is False
@@ -160,17 +232,19 @@ def test_cli_health_json(core_copy: Path, fake_run: list[RunRequest]):
     assert request.secrets is False
 
 
-def test_cli_health_table(core_copy: Path, fake_run: list[RunRequest]):
-    result = CliRunner().invoke(app, ["health", "--inventory", str(core_copy), "--limit", "dgx0[1-3]"])
+def test_cli_health_table(prod_copy: Path, fake_run: list[RunRequest]):
+    result = CliRunner().invoke(app, ["health", "--inventory", str(prod_copy), "--limit", "dgx0[1-3]"])
     assert result.exit_code == 1, result.output
-    assert "health: 1 of 3 nodes healthy" in result.stdout
-    assert "[1] dgx02 gpu-count: 7 of 8 GPUs visible to nvidia-smi" in result.stdout
-    assert "[2] dgx03 reachable: unreachable: no route" in result.stdout
+    lines = [line.rstrip() for line in result.stdout.splitlines()]
+    assert "health: 3 nodes checked, 1 passed, 2 failed (skipped: dcgm-diag)" in lines
+    assert "dgx02  gpu-count: 7 of 8 GPUs visible to nvidia-smi" in lines
+    assert "dgx03  reachable: unreachable: no route" in lines
+    assert not any(line.startswith("dgx01") for line in lines)
     assert fake_run[0].limit == "dgx0[1-3]"
     assert "corectl_health_level" not in fake_run[0].extravars
 
 
-def test_cli_health_rejects_a_bad_level(core_copy: Path, fake_run: list[RunRequest]):
-    result = CliRunner().invoke(app, ["health", "--inventory", str(core_copy), "--level", "4"])
+def test_cli_health_rejects_a_bad_level(prod_copy: Path, fake_run: list[RunRequest]):
+    result = CliRunner().invoke(app, ["health", "--inventory", str(prod_copy), "--level", "4"])
     assert result.exit_code == 2
     assert not fake_run

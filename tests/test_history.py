@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
+import uuid
 from pathlib import Path
+from typing import Any
 
+import pytest
 from rich.console import Console
 
-from corectl.commands.history import load_runs, runs_table
+from corectl.commands.history import expected_from_history, load_runs, resolve_run, runs_table, show_run
+from corectl.errors import CorectlError
+from corectl.runner import HostStats, RunRequest, RunResult, record
 from corectl.site import Site
 
 
@@ -29,3 +35,148 @@ def test_runs_are_listed_oldest_first_and_broken_records_skipped(tmp_path: Path,
     text = console.export_text()
     assert "2026-11-21 10:00:00" in text and "1: dgx01" in text
     assert text.index("│ successful") < text.index("│ failed")
+
+
+# --------------------------------------------------------------------------- runs --show ID
+
+LAST_NIGHT = "20261123T051500Z-12345"
+
+
+def _event(counter: int, kind: str, play: str, task: str = "", host: str = "", **data: Any) -> dict[str, Any]:
+    return {
+        "counter": counter,
+        "event": kind,
+        "stdout": "",
+        "event_data": {"play": play, "task": task, **({"host": host} if host else {}), **data},
+    }
+
+
+def _fake_run(site: Site, ident: str, events: list[dict[str, Any]], **record: Any) -> Path:
+    """A run directory as ansible-runner and runner.record() leave it."""
+    run = site.runs_dir / ident
+    (run / "job_events").mkdir(parents=True)
+    for event in events:
+        name = f"{event['counter']}-{uuid.uuid4()}.json"
+        (run / "job_events" / name).write_text(json.dumps(event))
+    base = {"command": "provision", "playbook": "site.yml", "limit": None, "tags": None, "check": False,
+            "started": "2026-11-23T05:15:00+00:00", "elapsed_s": 754.2, "status": "failed", "rc": 2}  # fmt: skip
+    (run / "corectl.json").write_text(json.dumps({**base, **record}))
+    return run
+
+
+def _text(renderable: Any) -> str:
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+BASE, COMPUTE = "Base OS settings on every node", "Slurm compute nodes"
+SSH_SAYS = "ssh: connect to host dgx03\r\n@@@@@@@@\nHost key verification failed."  # the reason comes last
+SYSTEMD_SAYS = "Unable to start service slurmd\nJob failed"  # the reason comes first
+EVENTS = [
+    _event(1, "playbook_on_start", ""),
+    _event(2, "playbook_on_play_start", BASE, name=BASE),
+    _event(3, "playbook_on_task_start", BASE, "Set the time zone"),
+    _event(4, "runner_on_start", BASE, "Set the time zone", "dgx01"),
+    _event(5, "runner_on_ok", BASE, "Set the time zone", "dgx01", res={"changed": True}),
+    _event(6, "runner_on_ok", BASE, "Set the time zone", "dgx02", res={"changed": False}),
+    _event(7, "runner_on_ok", BASE, "Set the time zone", "head01", res={"changed": False}),
+    _event(8, "runner_on_skipped", BASE, "Install base packages", "dgx01", res={}),
+    _event(9, "runner_on_skipped", BASE, "Install base packages", "head01", res={}),
+    _event(10, "runner_on_unreachable", BASE, "Install base packages", "dgx03", res={"msg": SSH_SAYS}),
+    _event(11, "playbook_on_play_start", "Slurm login nodes", name="Slurm login nodes"),
+    _event(12, "playbook_on_no_hosts_matched", "Slurm login nodes"),
+    _event(13, "playbook_on_play_start", COMPUTE, name=COMPUTE),
+    _event(14, "runner_on_failed", COMPUTE, "Probe the GPUs", "dgx01", ignore_errors=True, res={"msg": "no GPU"}),
+    _event(15, "runner_on_ok", COMPUTE, "Write slurm.conf", "dgx01", res={"changed": True}),
+    _event(16, "runner_on_failed", COMPUTE, "Start slurmd", "dgx02", res={"msg": SYSTEMD_SAYS}),
+    _event(17, "playbook_on_stats", ""),
+]
+
+
+def test_show_run_lists_what_changed_and_failed_per_host(tmp_path: Path, root: Path):
+    site = Site(root=root, directory=tmp_path / "site")
+    run = _fake_run(site, LAST_NIGHT, EVENTS, limit="dgx01", check=False)
+    # ansible-runner's incomplete copy of event 15: read, it would list the change twice
+    (run / "job_events" / f"15-{uuid.uuid4()}-partial.json").write_text(json.dumps(EVENTS[14]))
+    text = _text(show_run(site, LAST_NIGHT))
+    lines = text.splitlines()
+    assert (
+        lines[0] == f"run {LAST_NIGHT}: provision --limit dgx01 (site.yml), failed, 754.2s, started 2026-11-23 05:15:00"
+    )
+    assert lines[1:] == [
+        "dgx01",
+        f"  changed: {BASE} / Set the time zone",
+        f"  changed: {COMPUTE} / Write slurm.conf",
+        "  not listed: 1 skipped, 1 ignored",
+        "dgx02",
+        f"  failed: {COMPUTE} / Start slurmd: Unable to start service slurmd",
+        "  not listed: 1 ok",
+        "dgx03",
+        f"  unreachable: {BASE} / Install base packages: Host key verification failed.",
+        "  not listed: no task results",
+        "no changes on head01: 1 ok, 1 skipped",
+    ]
+
+
+def test_show_run_of_a_run_that_changed_nothing_says_so_in_one_line(tmp_path: Path, root: Path):
+    site = Site(root=root, directory=tmp_path / "site")
+    quiet = [e for e in EVENTS if e["event"] in ("runner_on_skipped", "playbook_on_play_start")]
+    quiet.append(_event(20, "runner_on_ok", BASE, "Set the time zone", "dgx01", res={"changed": False}))
+    _fake_run(site, LAST_NIGHT, quiet, status="successful")
+    lines = _text(show_run(site, "last")).splitlines()
+    assert lines[1:] == ["no changes on 2 hosts (1 ok, 2 skipped)"]
+    assert ", successful," in lines[0]
+
+
+def test_show_run_finds_a_run_by_prefix_or_last_and_names_near_ones_otherwise(tmp_path: Path, root: Path):
+    site = Site(root=root, directory=tmp_path / "site")
+    ids = ["20261121T220000Z-100", "20261122T220000Z-200", "20261122T230000Z-300", LAST_NIGHT]
+    for ident in ids:
+        _fake_run(site, ident, EVENTS[:2], command=f"run {ident[-3:]}")
+    assert resolve_run(site, "last") == LAST_NIGHT
+    assert resolve_run(site, "20261121") == ids[0]
+    assert resolve_run(site, ids[1]) == ids[1]
+    assert "run 100 (site.yml)" in _text(show_run(site, "20261121T"))
+    with pytest.raises(CorectlError) as ambiguous:
+        show_run(site, "20261122T")
+    assert ambiguous.value.exit_code == 2
+    assert str(ambiguous.value) == f"run '20261122T' is ambiguous: {ids[1]}, {ids[2]}"
+    with pytest.raises(CorectlError) as unknown:
+        show_run(site, "20261122T2330")
+    message = str(unknown.value)
+    assert unknown.value.exit_code == 2 and "\n" not in message
+    assert message.startswith("no run '20261122T2330' in ") and message.endswith(
+        f"nearest: {ids[2]}, {ids[1]}, {ids[3]}"
+    )
+
+
+def test_show_run_without_runs(tmp_path: Path, root: Path):
+    site = Site(root=root, directory=tmp_path / "site")
+    with pytest.raises(CorectlError, match="no runs kept") as error:
+        show_run(site, "last")
+    assert error.value.exit_code == 2
+
+
+# --------------------------------------------------------------------------- the expected total of a run
+
+
+def test_a_runs_task_count_is_recorded_and_becomes_the_next_runs_expected_total(tmp_path: Path, root: Path):
+    site = Site(root=root, directory=tmp_path / "site")
+
+    def finished(ident: str, status: str, tasks: int, elapsed: float, **options: Any) -> None:
+        request = RunRequest(site=site, **{"command": "provision", **options})
+        hosts = {"dgx01": HostStats(ok=tasks)}
+        run = RunResult(status, 0 if status == "successful" else 2, hosts, site.runs_dir / ident, elapsed, {}, tasks)
+        record(request, run, f"2026-11-2{ident}T05:00:00+00:00")
+
+    assert expected_from_history(site, "provision", "site.yml") is None
+    finished("1", "successful", 224, 600.0)
+    finished("2", "successful", 12, 30.0, tags="slurm")  # another set of tasks
+    finished("3", "successful", 5, 10.0, playbook="health.yml")
+    finished("4", "failed", 100, 90.0)  # stopped early: not a total
+    finished("5", "successful", 30, 40.0, command="drain dgx01")
+    assert json.loads((site.runs_dir / "1" / "corectl.json").read_text())["tasks"] == 224
+    assert expected_from_history(site, "provision", "site.yml") == (224, 600.0)
+    assert expected_from_history(site, "provision", "site.yml", tags="slurm") == (12, 30.0)
+    assert expected_from_history(site, "provision", "site.yml", check=True) is None

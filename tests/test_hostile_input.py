@@ -247,7 +247,7 @@ def test_valid_site_with_every_strict_field_passes(tmp_path: Path):
     assert hosts["hosts"]["dgx03"]["ansible_host"] == "2001:db8::13"
 
 
-@pytest.mark.parametrize("site", ["core", "lab"])
+@pytest.mark.parametrize("site", ["prod", "lab"])
 def test_shipped_sites_still_validate(site: str):
     cluster = load_cluster(ROOT / "inventories" / site)
     assert cluster.nodes

@@ -22,12 +22,14 @@ from typing import TypeVar
 import pytest
 
 from corectl import secrets
+from corectl.commands.health import last_verdicts
 from corectl.runner import control_path_dir
 from corectl.site import resolve_site
 
 pytestmark = pytest.mark.lab
 T = TypeVar("T")
 
+ROOT = Path(__file__).resolve().parents[1]
 CORECTL = str(Path(sys.executable).parent / "corectl")
 SUBNET = "172.29.210.0/24"
 PORT_BASE = 22300
@@ -43,6 +45,36 @@ def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.Co
     if check and proc.returncode != 0:
         raise AssertionError(f"corectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def on_terminal(argv: list[str], columns: int) -> tuple[int, str]:
+    """Run ``argv`` on a pseudo-terminal ``columns`` wide, as an operator's shell would; its exit
+    code and what it printed, with Unix line ends. TERM=dumb and NO_COLOR: no colours and no
+    live display, which erases itself at the end anyway; what stays on the screen is the same."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
+    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env, close_fds=True)
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the program ended and closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(controller)
+    rc = proc.wait(timeout=600)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+    CONSOLE.append(text)
+    return rc, text.replace("\r\n", "\n").replace("\r", "")
 
 
 def docker_exec(container: str, *argv: str, check: bool = True) -> str:
@@ -63,6 +95,12 @@ def runs(site: Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in records]
 
 
+def container_started(name: str) -> str:
+    return subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.StartedAt}}", name], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def containers(site: Path) -> list[str]:
     out = subprocess.run(
         ["docker", "ps", "-a", "--filter", f"label=corectl.lab={site.name}", "--format", "{{.Names}}"],
@@ -76,6 +114,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     site = tmp_path_factory.mktemp("sites") / "labtest"
     args = ["--inventory", str(site)]
     options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
+    # an earlier run killed before its teardown (a stopped CI) leaves containers named like these:
+    # this run's lab must not adopt them
+    corectl("lab", "down", *args)
     corectl("lab", "up", *args, *options)
     try:
         yield site
@@ -97,6 +138,15 @@ def test_lab_up_wrote_the_inventory(lab: Path):
     known = (lab / "known_hosts").read_text().splitlines()
     assert [line.split()[0] for line in known] == [f"[127.0.0.1]:{PORT_BASE + i}" for i in range(3)]
     corectl("render", "--check", "--inventory", str(lab))
+    # another directory's lab of the same name would adopt these containers: refused, none touched
+    started = {name: container_started(name) for name in containers(lab)}
+    other = lab.parent / "elsewhere" / lab.name
+    refused = corectl("lab", "up", "--inventory", str(other), "--subnet", SUBNET, "--prefix", "e2e-", check=False)
+    assert refused.returncode == 1, refused
+    assert refused.stderr.startswith("error: containers of an earlier lab named labtest exist (corectl-labtest-e2e-")
+    assert f"remove them with: corectl lab down --inventory {other}" in refused.stderr
+    assert {name: container_started(name) for name in containers(lab)} == started
+    assert not (other / ".lab").exists()
 
 
 def test_provision_converges(lab: Path):
@@ -114,6 +164,15 @@ def test_provision_converges(lab: Path):
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "172.29.210.10" in sources
+    # the fabric (switches.json) reached Slurm: the controller knows which leaf each node is on
+    topology = {
+        line.split()[0]: set(line.split()[1:])
+        for line in docker_exec("corectl-labtest-e2e-head01", "scontrol", "show", "topology").splitlines()
+        if line.startswith("SwitchName=")
+    }
+    assert set(topology) == {"SwitchName=leaf1", "SwitchName=spine1"}, topology
+    assert "Nodes=e2e-dgx[01-02]" in topology["SwitchName=leaf1"]
+    assert "Switches=leaf1" in topology["SwitchName=spine1"]
 
 
 def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
@@ -234,7 +293,7 @@ def test_gpu_stack_monitoring_and_containers(lab: Path):
     while True:
         targets = prometheus(head, "/api/v1/targets")["data"]["activeTargets"]
         health = sorted((t["labels"].get("node", "self"), t["labels"]["job"], t["health"]) for t in targets)
-        if all(h[2] == "up" for h in health) or time.monotonic() > deadline:
+        if (health and all(h[2] == "up" for h in health)) or time.monotonic() > deadline:
             break
         time.sleep(3)
     assert health == [
@@ -248,10 +307,104 @@ def test_gpu_stack_monitoring_and_containers(lab: Path):
     series = prometheus(head, "/api/v1/query?query=DCGM_FI_DEV_GPU_TEMP")["data"]["result"]
     per_node = sorted((s["metric"]["node"], int(s["metric"]["gpu"])) for s in series)
     assert per_node == [(node, gpu) for node in ("e2e-dgx01", "e2e-dgx02") for gpu in range(8)]
-    # pyxis: a user's job step with --container-image
-    out = docker_exec(head, "runuser", "-u", "alice", "--", "srun", "--container-image=ubuntu:24.04",
-                      "sh", "-c", "echo image=$PYXIS_STANDIN_IMAGE")  # fmt: skip
-    assert out.strip() == "image=ubuntu:24.04"
+
+
+CONTAINER_IMAGE = "/var/tmp/corectl-e2e-debian.sqsh"
+# What each task of the container job prints (node, job, user, the image's os-release, a write in
+# the home directory, the GPUs it may open and those the device cgroup denies: the stand-in GPUs
+# have no driver behind them, so an allowed open fails with ENXIO, a denied one with EPERM), then
+# it leaves its PID for the test, which reads the task's cgroup from the node (inside, enroot's
+# cgroup namespace shows only "/"), and waits to be let go.
+CONTAINER_TASK = (
+    'echo "node=$SLURMD_NODENAME job=$SLURM_JOB_ID user=$(id -un):$(id -u) os=$(. /etc/os-release && echo $VARIANT_ID)'
+    ' home=$(echo in-container > "$HOME/pyxis-$SLURMD_NODENAME" && echo "$HOME")'
+    ' gpus=$(for d in /dev/nvidia[0-9]*; do (exec 3<$d) 2>&1 | grep -q "No such device" && echo -n x; done)'
+    ' denied=$(for d in /dev/nvidia[0-9]*; do (exec 3<$d) 2>&1 | grep -q "not permitted" && echo -n x; done)";'
+    ' echo $$ > "$HOME/pyxis-pid-$SLURMD_NODENAME";'
+    ' for i in $(seq 120); do [ -e "$HOME/pyxis-done-$SLURMD_NODENAME" ] && exit 0; sleep 0.5; done; exit 1'
+)
+
+
+def make_container_image() -> None:
+    """A squashfs of a minimal Debian root (debootstrap's minbase, the stand-in nodes' image) with
+    its own os-release mark, made on dgx01 and copied to dgx02, where the job's tasks find it."""
+    image = subprocess.run(
+        ["docker", "inspect", "--format", "{{.Config.Image}}", DGX1], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    created = subprocess.run(["docker", "create", image], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        pack = (
+            "set -e; rm -rf /var/tmp/img; mkdir /var/tmp/img; tar -x -C /var/tmp/img;"
+            " cd /var/tmp/img; rm -rf dev/* proc/* sys/* run/*;"  # docker export's device nodes; enroot mounts its own
+            " rm -rf usr/share/doc usr/share/man usr/share/locale var/cache/* var/lib/apt/lists/*;"
+            " cp --remove-destination usr/lib/os-release etc/os-release; echo VARIANT_ID=corectl-e2e >> etc/os-release;"
+            # as NGC images declare it: enroot's 98-nvidia.sh hook then hands the GPUs over
+            " echo NVIDIA_VISIBLE_DEVICES=all >> etc/environment;"
+            f" mksquashfs /var/tmp/img {CONTAINER_IMAGE} -noappend -comp lzo -quiet -no-progress;"
+            f" chmod 0644 {CONTAINER_IMAGE}; rm -rf /var/tmp/img"
+        )
+        exported = subprocess.Popen(["docker", "export", created], stdout=subprocess.PIPE)
+        subprocess.run(["docker", "exec", "-i", DGX1, "sh", "-c", pack], stdin=exported.stdout, check=True)
+        assert exported.wait() == 0
+    finally:
+        subprocess.run(["docker", "rm", created], capture_output=True, check=False)
+    copied = subprocess.Popen(["docker", "exec", DGX1, "cat", CONTAINER_IMAGE], stdout=subprocess.PIPE)
+    subprocess.run(
+        ["docker", "exec", "-i", DGX2, "sh", "-c", f"cat > {CONTAINER_IMAGE} && chmod 0644 {CONTAINER_IMAGE}"],
+        stdin=copied.stdout,
+        check=True,
+    )
+    assert copied.wait() == 0
+
+
+def test_a_container_job_runs_through_pyxis_and_enroot(lab: Path):
+    """The real pyxis (built by the role from its release archive) and the real enroot (release
+    .debs built from upstream source): `srun --container-image` on both GPU nodes runs the task in
+    the image, as the submitting user, with the user's home and the job's GPUs (through enroot's
+    nvidia hook and the stand-in nvidia-container-cli), in the job's cgroup; the container is
+    removed when the step ends."""
+    make_container_image()
+    for container in (DGX1, DGX2):
+        docker_exec(container, "sh", "-c", "rm -f /home/alice/pyxis-*")
+    job = subprocess.Popen(
+        ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=2", "--ntasks-per-node=1",
+         "--gpus-per-node=2", f"--container-image={CONTAINER_IMAGE}", "--container-mount-home",
+         "sh", "-c", CONTAINER_TASK],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cgroups = {}
+    try:
+        for node, container in (("e2e-dgx01", DGX1), ("e2e-dgx02", DGX2)):
+            pid = wait_for(
+                lambda c=container, n=node: docker_exec(c, "cat", f"/home/alice/pyxis-pid-{n}", check=False).strip(),
+                lambda found: found != "" or job.poll() is not None,
+                180,
+            )
+            assert pid, job.communicate()
+            cgroups[node] = docker_exec(container, "cat", f"/proc/{pid}/cgroup")
+            docker_exec(container, "runuser", "-u", "alice", "--", "touch", f"/home/alice/pyxis-done-{node}")
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, out + err
+    lines = sorted(out.split("\n")[:-1])
+    assert len(lines) == 2, out + err
+    for line, node, container in zip(lines, ("e2e-dgx01", "e2e-dgx02"), (DGX1, DGX2), strict=True):
+        fields = dict(item.split("=", 1) for item in line.split())
+        assert fields["node"] == node and fields["user"] == "alice:20001", line
+        assert fields["os"] == "corectl-e2e", line  # the image's os-release, not the node's
+        assert f"/job_{fields['job']}/step_0/" in cgroups[node], cgroups[node]  # the task runs in the job's step
+        # all eight GPUs' device nodes are in the container; the job's two may be opened
+        assert (len(fields["gpus"]), len(fields["denied"])) == (2, 6), line
+        # the write in the container landed in alice's home on the node, owned by her
+        home = fields["home"]
+        written = docker_exec(container, "stat", "--format", "%U %n", f"{home}/pyxis-{node}").strip()
+        assert written == f"alice {home}/pyxis-{node}", written
+        assert docker_exec(container, "cat", f"{home}/pyxis-{node}").strip() == "in-container"
+        # pyxis removed the job's container: nothing left in alice's enroot data directory
+        left = docker_exec(container, "sh", "-c", "ls -A /raid/enroot/data/user-20001 2>/dev/null; true").split()
+        assert left == [], left
 
 
 def test_drain_and_resume(lab: Path):
@@ -306,9 +459,12 @@ def test_health_passes_on_every_compute_node(lab: Path):
     for node in report["nodes"].values():
         passed = {c["name"] for c in node["checks"] if c["status"] == "pass"}
         assert {"gpu-count", "driver-version", "fm-version", "fabric", "ecc", "xid", "nvlink", "ib", "mounts"} <= passed
-    rows = table_rows(corectl("status", "--inventory", str(lab)).stdout)
-    assert [row[:4] for row in rows] == [["e2e-dgx01", "idle", "", ""], ["e2e-dgx02", "idle", "", ""]]
-    assert all(re.fullmatch(r"ok \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", row[4]) for row in rows), rows
+    # status: idle nodes whose last health check passed are one host list, no row each
+    status = corectl("status", "--inventory", str(lab)).stdout.splitlines()
+    assert status[:2] == ["2 nodes: 2 idle", "idle and healthy (2): e2e-dgx[01-02]"], status
+    verdicts = last_verdicts(resolve_site(str(lab)))
+    assert sorted(verdicts) == ["e2e-dgx01", "e2e-dgx02"]
+    assert all(re.fullmatch(r"ok \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", v) for v in verdicts.values()), verdicts
 
 
 def test_burn_in_says_why_it_is_skipped(lab: Path):
@@ -348,6 +504,25 @@ def run_hook(container: str) -> int:
     return subprocess.run(["docker", "exec", container, HEALTH_HOOK], capture_output=True, check=False).returncode
 
 
+def hook_output(container: str) -> str:
+    """What the health program says on the node now (for a failed assertion's message)."""
+    done = subprocess.run(["docker", "exec", container, HEALTH_HOOK], capture_output=True, text=True, check=False)
+    return f"{container}: exit {done.returncode}\n{done.stdout}{done.stderr}"
+
+
+def hook_until_passes(container: str, node: str, timeout: float) -> tuple[int, list[str]]:
+    """Run the health program until it exits 0 (or ``timeout``); its last exit code and the Slurm
+    state|reason after each run (a failed run drains the node with the failing check's name)."""
+    seen: list[str] = []
+
+    def once() -> int:
+        rc = run_hook(container)
+        seen.append(slurm_reason(node))
+        return rc
+
+    return wait_for(once, lambda rc: rc == 0, timeout), seen
+
+
 @pytest.mark.parametrize("pair", ROUNDS, ids=["+".join(r) for r in ROUNDS])
 def test_injected_faults_fail_health_and_drain_the_node(lab: Path, pair: tuple[str, str]):
     placed = dict(zip(("e2e-dgx01", "e2e-dgx02"), pair, strict=True))
@@ -385,12 +560,201 @@ def test_slurm_health_interval_drains_and_resumes(lab: Path):
         assert rc == 1
         assert report["nodes"]["e2e-dgx02"]["ok"] is True  # the healthy node stays healthy
         assert failed_checks(report, "e2e-dgx01")[:1] == ["fabricmanager"]
+        # what an operator reads on an 80-column terminal: the summary, then the failing node, whole
+        rc, shown = on_terminal([CORECTL, "health", "--inventory", str(lab)], columns=80)
+        (ROOT / "build").mkdir(exist_ok=True)
+        (ROOT / "build" / "health-80-columns.txt").write_text(shown)  # docs/operations.md shows it
+        lines = shown.splitlines()
+        assert rc == 1
+        assert all(len(line.rstrip()) <= 80 for line in lines), lines
+        summary = [line for line in lines if line.startswith("health: 2 nodes checked, 1 passed, 1 failed")]
+        assert len(summary) == 1, lines
+        assert any(re.match(r"e2e-dgx01 +fabricmanager: ", line) for line in lines), lines
+        assert not any(line.startswith("e2e-dgx02") for line in lines), lines
         state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r.startswith("drain|corectl-health: "), 90)
         assert state.startswith("drain|corectl-health: fabricmanager: "), state
         assert slurm_reason("e2e-dgx02") == "idle|none"
     finally:
         docker_exec(DGX1, "sh", "-c", clear)
     assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+
+
+def test_failure_history_names_the_repeat_offenders(lab: Path):
+    """Every `corectl health` above was recorded: the fault rounds failed both nodes, the Slurm
+    interval test failed e2e-dgx01 twice more (fabricmanager)."""
+    history = corectl("history", "e2e-dgx01", "--inventory", str(lab), "--last", "5").stdout.splitlines()
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ +FAIL +fabricmanager: ", history[1]), history
+    data = json.loads(corectl("rma", "--inventory", str(lab), "--json").stdout)
+    counts = {n["node"]: n["failures"] for n in data["nodes"]}
+    assert counts["e2e-dgx01"] >= len(ROUNDS) + 2 and counts["e2e-dgx02"] >= len(ROUNDS), counts
+    seen = {c["name"] for n in data["nodes"] if n["node"] == "e2e-dgx02" for e in n["evidence"] for c in e["checks"]}
+    assert {pair[1] for pair in ROUNDS} <= seen
+    status = corectl("status", "--inventory", str(lab)).stdout.splitlines()
+    assert status[-1].startswith("repeat offenders (>=3 failing health runs in 7 days): e2e-dgx01 ("), status
+
+
+def booted_at(container: str) -> str:
+    """When the node's systemd started (a container shares the host's boot_id; this changes).
+    Right after a power on the node is still booting and systemd does not answer yet: wait."""
+    argv = ["docker", "exec", container, "systemctl", "show", "--property=UserspaceTimestampMonotonic", "--value"]
+    answer = wait_for(
+        lambda: subprocess.run(argv, capture_output=True, text=True, check=False),
+        lambda done: done.returncode == 0 and done.stdout.strip() not in ("", "0"),
+        120,
+    )
+    assert answer.returncode == 0, answer.stderr
+    return answer.stdout.strip()
+
+
+def drain_by_health(container: str, node: str, check: str) -> None:
+    assert run_hook(container) == 1
+    state = slurm_reason(node)
+    assert state.startswith(f"drain|corectl-health: {check}: "), state
+
+
+def outcome_rows(text: str) -> dict[str, list[str]]:
+    return {row[0]: row[1:] for row in table_rows(text) if row and row[0].startswith("e2e-")}
+
+
+def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
+    """corectl heal on real faults: a restart, a reboot and a GPU reset heal; a node failing again soon
+    after goes straight to hardware service; a GPU fallen off the bus survives a reboot and comes
+    back with a power cycle through the (Redfish) BMC; a dead one is left for hardware service,
+    alerted and in the RMA report. Then
+    corectl power over both protocols: status, the running-job guard, and an IPMI power cycle
+    after which the node is back in Slurm."""
+    args = ["--inventory", str(lab)]
+    # 1. Fabric Manager stopped on dgx01, an Xid 79 on dgx02: each is drained by Slurm's health program
+    docker_exec(DGX1, "systemctl", "stop", "nvidia-fabricmanager")
+    docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "2", "--xid", "79")
+    drain_by_health(DGX1, "e2e-dgx01", "fabricmanager")
+    drain_by_health(DGX2, "e2e-dgx02", "xid")
+    before = booted_at(DGX2)
+    healed = corectl("heal", *args)
+    rows = outcome_rows(healed.stdout)
+    assert rows["e2e-dgx01"] == ["resumed", "fabricmanager: the checks pass after restart-fabricmanager"], rows
+    assert rows["e2e-dgx02"] == ["resumed", "xid: the checks pass after reboot"], rows
+    assert booted_at(DGX2) != before  # the reboot really happened (and the kernel log began anew)
+    for node in ("e2e-dgx01", "e2e-dgx02"):
+        assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 90) == "idle|none"
+    history = corectl("history", "e2e-dgx02", *args, "--last", "4").stdout
+    assert "heal: reboot" in history and "heal: resumed" in history, history
+
+    # 1b. a pending row remap on dgx02: a GPU reset (its clients stopped and started again) clears it
+    docker_exec(DGX2, "gpu-sim", "fault", "ecc", "--gpu", "1")
+    drain_by_health(DGX2, "e2e-dgx02", "ecc")
+    before = booted_at(DGX2)
+    reset = outcome_rows(corectl("heal", "e2e-dgx02", *args).stdout)
+    assert reset == {"e2e-dgx02": ["resumed", "ecc: the checks pass after gpu-reset"]}, reset
+    assert booted_at(DGX2) == before  # no reboot
+    for unit in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "dcgm-exporter"):
+        assert docker_exec(DGX2, "systemctl", "is-active", unit).strip() == "active", unit
+    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
+
+    # 2. the Xid again on dgx02 within the window after its heal: straight to hardware service
+    docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "2", "--xid", "79")
+    try:
+        drain_by_health(DGX2, "e2e-dgx02", "xid")
+        again = corectl("heal", "e2e-dgx02", *args, check=False)
+        assert again.returncode == 1
+        row = outcome_rows(again.stdout)["e2e-dgx02"]
+        assert row == ["needs service", "xid: failed again within 24h of being healed of it"], row
+        assert slurm_reason("e2e-dgx02") == "drain|corectl: needs hardware service (xid)"
+        assert booted_at(DGX2) == before  # no step was tried
+    finally:
+        docker_exec(DGX2, "gpu-sim", "clear", "xid")
+    corectl("resume", "e2e-dgx02", *args)
+
+    # 3. a GPU fallen off the bus on dgx01 stays lost through a reboot and comes back with a power
+    # cycle through its Redfish BMC; no operator step
+    docker_exec(DGX1, "gpu-sim", "fault", "lost-gpu", "--gpu", "5")
+    group_vars = lab / "group_vars" / "all.yml"
+    kept = group_vars.read_text()
+    try:
+        drain_by_health(DGX1, "e2e-dgx01", "gpu-count")
+        before = booted_at(DGX1)
+        healed = corectl("heal", "e2e-dgx01", *args)
+        row = outcome_rows(healed.stdout)["e2e-dgx01"]
+        assert row == ["resumed", "gpu-count: the checks pass after power-cycle"], row
+        assert booted_at(DGX1) != before
+        assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+        steps = corectl("history", "e2e-dgx01", *args, "--last", "6").stdout
+        actions = [a for line in steps.splitlines() for a in re.findall(r"heal: [a-z -]+?(?=  )", line)]
+        assert actions == ["heal: resumed", "heal: power-cycle", "heal: reboot"], steps
+
+        # 3b. a dead GPU (the window off, or it would go straight to service) exhausts the ladder:
+        # reboot, power cycle, left for hardware service, alerted, in the RMA report
+        group_vars.write_text(kept + "corectl_heal_window_hours: 0\n")
+        docker_exec(DGX1, "gpu-sim", "fault", "dead-gpu", "--gpu", "5")
+        drain_by_health(DGX1, "e2e-dgx01", "gpu-count")
+        stuck = corectl("heal", "e2e-dgx01", *args, check=False)
+        assert stuck.returncode == 1, stuck.stdout + stuck.stderr
+        row = outcome_rows(stuck.stdout)["e2e-dgx01"]
+        assert row == ["needs service", "gpu-count: still failing (gpu-count) after reboot, power-cycle"], row
+        assert slurm_reason("e2e-dgx01") == "drain|corectl: needs hardware service (gpu-count)"
+        assert run_hook(DGX1) == 1  # the health program keeps failing, and keeps the service drain
+        assert slurm_reason("e2e-dgx01") == "drain|corectl: needs hardware service (gpu-count)"
+        # Prometheus alerts on it: the controller's node states (read now rather than in a minute)
+        docker_exec(HEAD, "systemctl", "start", "corectl-slurm-metrics.service")
+        alerts = wait_for(
+            lambda: prometheus(HEAD, "/api/v1/alerts")["data"]["alerts"],
+            lambda found: any(a["labels"]["alertname"] == "NodeNeedsHardwareService" for a in found),
+        )
+        fired = [a for a in alerts if a["labels"]["alertname"] == "NodeNeedsHardwareService"]
+        assert [(a["labels"]["slurm_node"], a["labels"]["check"], a["state"]) for a in fired] == [
+            ("e2e-dgx01", "gpu-count", "firing")
+        ], alerts
+        # and the RMA report lists it with the heal's steps as evidence
+        rma = json.loads(corectl("rma", *args, "--json").stdout)
+        [case] = [n for n in rma["nodes"] if n["node"] == "e2e-dgx01"]
+        assert {c["name"] for e in case["evidence"] for c in e["checks"]} >= {"fabricmanager", "gpu-count"}
+        shown = {a["action"] for a in case["actions"]}
+        assert {"heal: reboot", "heal: power-cycle", "heal: needs hardware service"} <= shown, case
+    finally:
+        group_vars.write_text(kept)
+        docker_exec(DGX1, "gpu-sim", "clear", "all")
+    # the GPU is replaced, and the node powered on again as after hardware service (a GPU back on the
+    # bus joins the NVSwitch fabric, and gets persistence mode, only when the boot's daemons start)
+    before = booted_at(DGX1)
+    assert outcome_rows(corectl("power", "cycle", "e2e-dgx01", *args).stdout) == {"e2e-dgx01": ["on", "done"]}
+    assert booted_at(DGX1) != before
+    corectl("resume", "e2e-dgx01", *args)
+    for node, container in (("e2e-dgx01", DGX1), ("e2e-dgx02", DGX2)):
+        assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 120) == "idle|none"
+        # the health program passes (run now, not left to slurmd's next interval) and keeps it in
+        # service. Seconds after a boot a check may still fail (chrony not yet synchronised to the
+        # head; CI saw one failed run then a pass): the program drains for it and resumes the node
+        # itself once it passes, which is what is asserted here.
+        passed, seen = hook_until_passes(container, node, 120)
+        assert passed == 0, f"{hook_output(container)}\nreasons seen: {seen}"
+        assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 30) == "idle|none", seen
+        assert run_hook(container) == 0, hook_output(container)
+        assert slurm_reason(node) == "idle|none"
+        if len(seen) > 1:
+            print(f"{node}: the health program failed {len(seen) - 1} time(s) after the boot: {seen[:-1]}")
+
+    # 4. corectl power: both protocols answer; a node with a job is not cut; an IPMI cycle
+    status = outcome_rows(corectl("power", "status", "e2e-dgx[01-02]", *args).stdout)
+    assert status == {"e2e-dgx01": ["on", "ok"], "e2e-dgx02": ["on", "ok"]}, status
+    job = docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx02", "--chdir=/tmp",
+        "--output=/dev/null", "--wrap", "sleep 600",
+    ).strip()  # fmt: skip
+    try:
+        wait_for(lambda: docker_exec(HEAD, "squeue", "-h", "-j", job, "-o", "%T").strip(), lambda s: s == "RUNNING")
+        refused = corectl("power", "cycle", "e2e-dgx02", *args, check=False)
+        assert refused.returncode == 1
+        assert f"power cycle refused: e2e-dgx02 runs job {job}; drain first, or use --force" in refused.stderr
+        assert docker_exec(HEAD, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING"
+    finally:
+        docker_exec(HEAD, "scancel", job)
+    wait_for(lambda: docker_exec(HEAD, "squeue", "-h", "-w", "e2e-dgx02").strip(), lambda s: s == "")
+    before = booted_at(DGX2)
+    cycled = outcome_rows(corectl("power", "cycle", "e2e-dgx02", *args).stdout)
+    assert cycled == {"e2e-dgx02": ["on", "done"]}, cycled
+    assert booted_at(DGX2) != before
+    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 120) == "idle|none"
+    assert wait_for(lambda: health_report(lab, "--limit", "e2e-dgx02"), lambda r: r[0] == 0)[0] == 0
 
 
 # A job that runs until Slurm drains its node, then prints the drain reason it saw and ends: it
@@ -762,11 +1126,8 @@ def test_a_killed_provision_leaves_no_secret_and_the_next_one_converges(lab: Pat
         ps = subprocess.run(["pgrep", "-af", "ansible-playbook"], capture_output=True, text=True, check=False)
         return "\n".join(line for line in ps.stdout.splitlines() if str(lab) in line or str(tmp_path) in line)
 
-    # ansible-playbook usually goes down with corectl (SIGHUP from its pty), but not always in the
-    # middle of a task: an orphan is stopped here, as an operator would, before the next provision
-    for line in wait_for(playbooks_left, lambda out: out == "", 60).splitlines():
-        subprocess.run(["kill", line.split()[0]], check=False)
-    assert wait_for(playbooks_left, lambda out: out == "", 60) == ""
+    # ansible-playbook ignores the pty's SIGHUP; the runner's guard (PR_SET_PDEATHSIG) stops it
+    assert wait_for(playbooks_left, lambda out: out == "", 30) == ""
     left = [path for path in tmp_path.rglob("*") if path.is_file()]
     vault_password = (lab / ".vault-pass").read_bytes().strip()
     assert [path for path in left if vault_password in path.read_bytes()] == []
@@ -802,7 +1163,9 @@ def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
         "munge key (base64)": base64.b64encode(key)[:32],
         "db password": values["corectl_slurm_db_password"].encode(),
         "ceph key": values["corectl_cephfs_client_keys"]["corectl"].encode(),
+        "bmc password": values["corectl_bmc_credentials"]["password"].encode(),
     }
+    assert needles["bmc password"] == (lab / ".lab" / "bmc.password").read_bytes().strip()
     kept = [p for d in (lab / ".runs", lab / ".facts") for p in d.rglob("*") if p.is_file()]
     assert len(kept) > 100
     assert any(p.name == "command" for p in kept)  # ansible-runner's record of each run's environment

@@ -14,33 +14,33 @@ from corectl.loader import load_cluster
 from corectl.site import resolve_site
 
 
-def test_add_node_declares_it_keeps_comments_and_joins_the_partition(core_copy: Path):
-    site = resolve_site(str(core_copy))
+def test_add_node_declares_it_keeps_comments_and_joins_the_partition(prod_copy: Path):
+    site = resolve_site(str(prod_copy))
     entry = {"address": "10.10.1.23", "profile": "dgx-h100", "roles": ["compute"], "rack": "r02", "leaf": "leaf2"}
     cluster = edit.add_node(site, {"name": "dgx13", **entry}, ["batch"])
     assert cluster.node("dgx13").address == "10.10.1.23"
-    text = (core_copy / "cluster.yml").read_text()
-    assert text.startswith("# CORE: one head node")  # the operator's comments stay
-    batch = next(p for p in load_cluster(core_copy).config.slurm.partitions if p.name == "batch")
+    text = (prod_copy / "cluster.yml").read_text()
+    assert text.startswith("# prod: an example production site")  # the operator's comments stay
+    batch = next(p for p in load_cluster(prod_copy).config.slurm.partitions if p.name == "batch")
     assert batch.nodes == "dgx[01-13]"
 
 
-def test_an_invalid_addition_changes_nothing(core_copy: Path):
-    site = resolve_site(str(core_copy))
-    before = (core_copy / "cluster.yml").read_text()
+def test_an_invalid_addition_changes_nothing(prod_copy: Path):
+    site = resolve_site(str(prod_copy))
+    before = (prod_copy / "cluster.yml").read_text()
     entry = {"name": "dgx13", "address": "10.10.1.11", "profile": "dgx-h100", "roles": ["compute"], "leaf": "leaf2"}
     with pytest.raises(ValidationFailed) as failed:
         edit.add_node(site, entry, [])
     assert "nothing was changed" in failed.value.lines[0]
-    assert any(str(core_copy / "cluster.yml") in line and "10.10.1.11" in line for line in failed.value.lines[1:])
-    assert (core_copy / "cluster.yml").read_text() == before
+    assert any(str(prod_copy / "cluster.yml") in line and "10.10.1.11" in line for line in failed.value.lines[1:])
+    assert (prod_copy / "cluster.yml").read_text() == before
     with pytest.raises(CorectlError, match="no such partition"):
         edit.add_node(site, {**entry, "address": "10.10.1.30"}, ["gpu-big"])
-    assert (core_copy / "cluster.yml").read_text() == before
+    assert (prod_copy / "cluster.yml").read_text() == before
 
 
-def test_remove_node_needs_its_own_entry_and_leaves_partitions_consistent(core_copy: Path):
-    site = resolve_site(str(core_copy))
+def test_remove_node_needs_its_own_entry_and_leaves_partitions_consistent(prod_copy: Path):
+    site = resolve_site(str(prod_copy))
     with pytest.raises(CorectlError, match=r"part of dgx\[01-06\]"):
         edit.remove_node(site, "dgx03")
     entry = {"address": "10.10.1.23", "profile": "dgx-h100", "roles": ["compute"], "leaf": "leaf2"}

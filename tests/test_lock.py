@@ -20,16 +20,16 @@ CORECTL = str(Path(sys.executable).parent / "corectl")
 
 
 @pytest.fixture
-def site(core_copy: Path, root: Path) -> Site:
-    return Site(root=root, directory=core_copy)
+def site(prod_copy: Path, root: Path) -> Site:
+    return Site(root=root, directory=prod_copy)
 
 
 def test_second_holder_is_refused_with_the_holder_named(site: Site):
-    with lock.site_lock(site, "provision --inventory core", warn=pytest.fail), pytest.raises(CorectlError) as refused:
+    with lock.site_lock(site, "provision --inventory prod", warn=pytest.fail), pytest.raises(CorectlError) as refused:
         lock.acquire(site, "drain dgx01", warn=pytest.fail)
     assert refused.value.exit_code == 75
     message = str(refused.value)
-    assert message.startswith("site core is busy: `corectl provision --inventory core` by ")
+    assert message.startswith("site prod is busy: `corectl provision --inventory prod` by ")
     assert f"(pid {os.getpid()}, since " in message
     assert message.endswith(f" holds {site.directory / '.lock'}; try again when it ends, or give --wait SECONDS")
     # released: the file names nobody, and the next command gets the lock at once
@@ -59,7 +59,7 @@ def test_wait_takes_the_lock_once_the_holder_ends(site: Site):
 
 
 def test_wait_gives_up_after_its_time(site: Site):
-    busy = r"^site core is busy \(waited 1s\): `corectl upgrade drivers`"
+    busy = r"^site prod is busy \(waited 1s\): `corectl upgrade drivers`"
     with lock.site_lock(site, "upgrade drivers", warn=pytest.fail), pytest.raises(CorectlError, match=busy):
         lock.acquire(site, "add-node dgx13", wait=1, warn=pytest.fail)
 
@@ -82,20 +82,20 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_with_a_warning(site: Site
     warnings: list[str] = []
     lock.acquire(site, "drain dgx01", warn=warnings.append).release()
     assert len(warnings) == 1
-    assert warnings[0].startswith("warning: taking over the lock of site core left by `corectl provision` by ")
+    assert warnings[0].startswith("warning: taking over the lock of site prod left by `corectl provision` by ")
     assert f"(pid {child.pid}, since " in warnings[0]
 
 
 def test_cli_refuses_a_changing_command_and_never_blocks_a_reading_one(site: Site):
     hosts = site.hosts_file
     hosts.unlink(missing_ok=True)
-    with lock.site_lock(site, "provision --inventory core", warn=pytest.fail):
+    with lock.site_lock(site, "provision --inventory prod", warn=pytest.fail):
         render = subprocess.run([CORECTL, "render", "--inventory", str(site.directory)],
                                 capture_output=True, text=True, check=False)  # fmt: skip
         validate = subprocess.run([CORECTL, "validate", "--inventory", str(site.directory)],
                                   capture_output=True, text=True, check=False)  # fmt: skip
     assert render.returncode == 75
     [line] = render.stderr.splitlines()
-    assert line.startswith("error: site core is busy: `corectl provision --inventory core` by ")
+    assert line.startswith("error: site prod is busy: `corectl provision --inventory prod` by ")
     assert not hosts.exists()  # refused before anything was written
     assert validate.returncode == 0, validate.stderr

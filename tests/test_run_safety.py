@@ -134,10 +134,21 @@ def test_a_signal_cancels_the_run_like_ctrl_c(project: Site, tmp_path: Path, sig
     records = [json.loads(p.read_text()) for p in project.runs_dir.glob("*/corectl.json")]
     assert [(r["status"], r["rc"]) for r in records] == [("canceled", 128 + signum)]
     assert not list((tmp_path / "tmp").glob("corectl-run-*"))  # the vault script's directory removed
+    assert_nothing_left(str(tmp_path / "tmp"))  # ansible-playbook and its sleep task stopped too
 
 
-def test_sigkill_leaves_no_secret_behind(project: Site, tmp_path: Path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def assert_nothing_left(private: str, seconds: float = 30) -> None:
+    """No process of the run (its private directory is in ansible-playbook's arguments and in the
+    environment of its tasks) is left a little after corectl ended."""
+    deadline = time.monotonic() + seconds
+    while (survivors := _processes_mentioning(private)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert survivors == []
+
+
+@pytest.mark.parametrize("accelerator", ["none", "mitogen"])
+def test_sigkill_leaves_no_secret_behind(project: Site, tmp_path: Path, accelerator: str):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "CORECTL_ACCELERATOR": accelerator}
     argv = [sys.executable, "-c", CHILD, str(project.root), str(project.directory), str(tmp_path / "o"), "120"]
     child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -148,12 +159,31 @@ def test_sigkill_leaves_no_secret_behind(project: Site, tmp_path: Path):
     finally:
         child.kill()
         child.wait(timeout=30)
+    # ansible-playbook (started on a pty with SIGHUP ignored) and its task went down with corectl
+    assert_nothing_left(str(tmp_path / "tmp"))
     left = [path for path in (tmp_path / "tmp").rglob("*") if path.is_file()]
     assert left, "the killed run's private directory is expected to stay behind"
     for path in left:
         assert VAULT_PASSWORD.encode() not in path.read_bytes(), path
     [script] = [path for path in left if path.name == "vault-pass"]
     assert subprocess.run([str(script)], capture_output=True, check=False).returncode != 0  # nobody answers
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of this user's processes that mention ``text`` (the run's private dir is in
+    ansible-playbook's arguments and in the environment of its workers' tasks)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            blobs = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text.encode() in blobs and int(proc.name) != os.getpid():
+            found.append(f"{proc.name} {cmdline}")
+    return found
 
 
 def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
@@ -175,11 +205,98 @@ def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
     )
 
 
+def keygen(path: Path) -> None:
+    """A new ed25519 key pair without a passphrase at path (and path.pub)."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+class BootstrapPeer:
+    """An SSH server on loopback for the add-node kill test, in a thread of this test process.
+
+    It stands in for a fresh node's sshd only as far as the kill test needs: it shows a host key,
+    accepts the bootstrap's password login and answers its script as a node that already had
+    corectl's key and python3 would (the script's work on a real node is covered by the lab e2e), and
+    refuses every public key, so Ansible's first connection fails as unreachable.
+    """
+
+    PASSWORD = "kill-test-peer-password"
+
+    def __init__(self, key_file: Path) -> None:
+        import socket
+        import threading
+
+        import paramiko
+
+        keygen(key_file)
+        self.key = paramiko.Ed25519Key.from_private_key_file(str(key_file))
+        self.public = f"{self.key.get_name()} {self.key.get_base64()}"
+        self.bootstrapped = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: object) -> None:
+        import threading
+
+        import paramiko
+
+        peer = self
+        exec_requested = threading.Event()
+
+        class Server(paramiko.ServerInterface):
+            def get_allowed_auths(self, username: str) -> str:
+                return "password,publickey"
+
+            def check_auth_password(self, username: str, password: str) -> int:
+                ok = username == "root" and password == peer.PASSWORD
+                return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+
+            def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+                return paramiko.AUTH_FAILED
+
+            def check_channel_request(self, kind: str, chanid: int) -> int:
+                refused = paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+                return paramiko.OPEN_SUCCEEDED if kind == "session" else refused
+
+            def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+                exec_requested.set()
+                return command.startswith(b"sh -c ")
+
+        transport = paramiko.Transport(conn)
+        transport.add_server_key(self.key)
+        try:
+            transport.start_server(server=Server())
+            channel = transport.accept(30)
+            if channel is None or not exec_requested.wait(30):
+                return
+            self.bootstrapped += 1
+            channel.sendall(b"key=kept\npython=kept\n")
+            channel.send_exit_status(0)
+            channel.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            transport.join(30)  # until the client has read the answer and hung up
+            transport.close()
+
+
 def test_add_node_killed_at_random_points_leaves_every_file_old_or_new(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """SIGKILL at random points of an add-node (validate, cluster.yml edit, render, secrets check,
-    first playbook): cluster.yml, hosts.yml and the secrets are each the old or the new file, never
-    partial. The nodes' SSH ports are closed (connection refused), so each run fails fast at its
-    first playbook, after every file it writes has been written."""
+    bootstrap, first playbook): cluster.yml, hosts.yml, nodes.json, switches.json, site.json, known_hosts and
+    the secrets are each the old or the new file, never partial. The new node's SSH port is a loopback peer
+    (BootstrapPeer) that lets the bootstrap in, so its host key is recorded, and refuses Ansible's key;
+    the other nodes' ports are closed. Each run fails fast at its first playbook, after every file it
+    writes has been written."""
     from corectl.lab.nodes import LabSpec, lab_cluster
 
     site = Site(root=ROOT, directory=tmp_path / "killsite")
@@ -191,10 +308,20 @@ def test_add_node_killed_at_random_points_leaves_every_file_old_or_new(tmp_path:
     secrets.init(site)
     corectl = str(Path(sys.executable).parent / "corectl")
     subprocess.run([corectl, "render", "--inventory", str(site.directory)], check=True, capture_output=True)
-    watched = [site.cluster_file, site.hosts_file, *sorted((site.directory / "secrets").iterdir())]
+    nodes_file, switches_file, site_file = (site.directory / f for f in ("nodes.json", "switches.json", "site.json"))
+    # known_hosts as a site has it after a few hundred nodes: large enough that a write takes a while
+    lines = (f"[10.1.{i // 250}.{i % 250}]:22 ssh-ed25519 AAAA{i:060d}\n" for i in range(600))
+    site.known_hosts.write_text("".join(lines))
+    (site.directory / ".lab").mkdir()  # the key the bootstrap installs (cluster.yml's ssh key, as in the lab)
+    keygen(site.directory / ".lab" / "id_ed25519")
+    watched = [site.cluster_file, site.hosts_file, nodes_file, switches_file, site_file, site.known_hosts]
+    watched += sorted((site.directory / "secrets").iterdir())
     old = {path: path.read_bytes() for path in watched}
+    peer = BootstrapPeer(tmp_path / "peer_key")
+    monkeypatch.setenv("KILL_TEST_PASSWORD", BootstrapPeer.PASSWORD)
     add = [corectl, "add-node", "dgx09", "--inventory", str(site.directory), "--address", "172.29.10.19"]
-    add += ["--profile", "dgx-standin", "--leaf", "leaf1", "--ssh-host", "127.0.0.1", "--ssh-port", str(port + 9)]
+    add += ["--profile", "dgx-standin", "--leaf", "leaf1", "--ssh-host", "127.0.0.1", "--ssh-port", str(peer.port)]
+    add += ["--bootstrap-user", "root", "--password-env", "KILL_TEST_PASSWORD", "--yes"]
 
     def restore() -> None:
         for path, data in old.items():
@@ -207,12 +334,15 @@ def test_add_node_killed_at_random_points_leaves_every_file_old_or_new(tmp_path:
     assert "unreachable" in reference.stdout + reference.stderr or "failed on" in reference.stderr
     new = {path: path.read_bytes() for path in watched}
     assert new[site.cluster_file] != old[site.cluster_file] and new[site.hosts_file] != old[site.hosts_file]
+    assert new[nodes_file] != old[nodes_file] and new[switches_file] != old[switches_file]  # dgx09 on leaf1
+    assert new[site.known_hosts] == old[site.known_hosts] + f"[127.0.0.1]:{peer.port} {peer.public}\n".encode()
+    assert peer.bootstrapped >= 1  # the bootstrap got in and ran its script before the playbook
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     # most kills in the first second or so, where the files are written; the rest anywhere
     delays = [rng.uniform(0.2, 1.2) for _ in range(4)] + [rng.uniform(0.2, whole) for _ in range(2)]
     print(f"\nadd-node took {whole:.1f} s; kill delays (seed {seed}): {', '.join(f'{d:.2f}' for d in delays)}")
-    seen_new = 0
+    seen_new = seen_known = 0
     for delay in delays:
         restore()
         proc = subprocess.Popen(add, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -223,7 +353,8 @@ def test_add_node_killed_at_random_points_leaves_every_file_old_or_new(tmp_path:
             data = path.read_bytes()
             assert data in (old[path], new[path]), f"{path.name} is neither old nor new after a kill at {delay:.2f} s"
         seen_new += site.cluster_file.read_bytes() == new[site.cluster_file]
+        seen_known += site.known_hosts.read_bytes() == new[site.known_hosts]
         leftovers = [p.name for p in site.directory.iterdir() if p.name.endswith(".tmp")]
         for name in leftovers:  # a kill between write and rename leaves the temporary file, never a mix
             (site.directory / name).unlink()
-    print(f"{seen_new} of {len(delays)} kills came after the cluster.yml edit")
+    print(f"{seen_new} of {len(delays)} kills came after the cluster.yml edit, {seen_known} after the host key's")

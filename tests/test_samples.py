@@ -6,11 +6,15 @@ real machines and must get the exact values, and (b) the stand-ins' output must 
 names as the real samples (regexes and key sets, never machine-specific values).
 
 Each disagreement these tests found (MIG Xid lines, the Xid line's case and fields, nvidia-smi -q's value column and
-nesting, nvlink -e's blank lines, dcgmi's table widths and rows) was fixed in the checker or the stand-in.
+nesting, nvlink -e's blank lines, dcgmi's table widths and rows) was fixed in the checker or the stand-in. Issue
+"Health that heals" (part 4) added the faults real nodes print that the checker missed: Xid lines of a MIG compute
+instance, a GPU fallen off the bus with no Xid line, chrony serving its own clock, renamed NVLink counters. Files
+with CONSTRUCTED in their name are not real output (no capture was found): SOURCES.md says what they model.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib.machinery
 import importlib.util
 import json
@@ -164,32 +168,86 @@ def test_nvlink_status_of_real_gpus(name: str, gpus: int, links: int, speed: str
 def test_nvlink_error_counters_of_a_real_h100():
     counters = hc.nvlink_counters(sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt"))
     names = ["Replay Errors", "Recovery Errors", "CRC Errors"]
-    assert counters == [(0, link, name, 0) for link in (0, 1, 17) for name in names]
+    assert counters == [(0, link, name, "0") for link in (0, 1, 17) for name in names]
+    # every counter name of the real H100 is one the check knows and compares: no warning
+    assert hc.nvlink_error_check(sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt"), 100) == ([], [])
+
+
+def nvlink_node(errors: str, links: int = 18) -> CannedNode:
+    """A node whose 1 GPU has `links` active links (the real H100 -s lines) and the given nvlink -e output."""
+    status = "\n".join(sample("nvidia-smi-nvlink-s.h100-80gb-hbm3.txt").split("GPU 1:")[0].splitlines()[: links + 1])
+    outputs = {("nvidia-smi", "nvlink", "-s"): status + "\n", ("nvidia-smi", "nvlink", "-e"): errors}
+    return CannedNode(outputs, gpu_count=1, nvlink_links=links)
+
+
+def test_known_nvlink_counters_keep_failing_above_the_limit():
+    real = sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt")
+    assert hc.check_nvlink(nvlink_node(real)) == "1 GPUs x 18 links active"
+    worn = real.replace("Link 17: CRC Errors: 0", "Link 17: CRC Errors: 5000")  # the real line, a high count
+    with pytest.raises(hc.CheckFailed, match=r"^NVLink error counters above 100: GPU 0 link 17 CRC Errors 5000$"):
+        hc.check_nvlink(nvlink_node(worn))
+
+
+NEWER_NVLINK = "nvidia-smi-nvlink-e.newer-counter-names.CONSTRUCTED.txt"
+
+
+def test_unknown_nvlink_counter_names_warn_without_failing():
+    # CONSTRUCTED sample (SOURCES.md): the counter names newer drivers print, in the real line shape
+    text = sample(NEWER_NVLINK)
+    counters = hc.nvlink_counters(text)
+    assert len(counters) == 32 and {link for _gpu, link, _name, _value in counters} == {0, 1}
+    assert (0, 0, "FEC Errors - 0", "36140749276") in counters and (0, 1, "Effective BER", "15e-255") in counters
+    over, unchecked = hc.nvlink_error_check(text, 100)
+    assert over == []  # a healthy link's billions of corrected codewords must not fail the node
+    assert unchecked[:3] == ["Malformed packet Errors", "Buffer overrun Errors", "Rx Errors"] and len(unchecked) == 16
+    message = hc.check_nvlink(nvlink_node(text))  # passes, and says what it could not check
+    assert message == (
+        "1 GPUs x 18 links active (warning: NVLink counters this check does not know, not checked: "
+        "Malformed packet Errors; Buffer overrun Errors; Rx Errors; and 13 more)"
+    )
+
+
+def test_nvlink_counters_of_both_generations_on_one_node():
+    # known counters still judged next to unknown ones; the failure names only the known counter
+    text = sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt").replace("CRC Errors: 0", "CRC Errors: 101", 1)
+    text += sample(NEWER_NVLINK).replace("GPU 0:", "GPU 1:")
+    with pytest.raises(hc.CheckFailed, match=r"^NVLink error counters above 100: GPU 0 link 0 CRC Errors 101$"):
+        hc.check_nvlink(nvlink_node(text))
+
+
+def test_nvlink_errors_with_no_counter_line_warn():
+    # a driver that prints its counters in a shape nothing here parses must not pass in silence
+    text = sample("nvidia-smi-nvlink-e.h100-80gb-hbm3.txt").replace(": 0", " = 0")
+    assert hc.nvlink_counters(text) == []
+    assert hc.check_nvlink(nvlink_node(text)) == (
+        "1 GPUs x 18 links active (warning: NVLink counters this check does not know, not checked: "
+        "no Link N: <counter>: <value> line)"
+    )
 
 
 @pytest.mark.parametrize(
     ("name", "events"),
     [
-        ("dmesg-xid-79.akash-support-209.log", [("PCI:0000:a1:00", 79, "GPU has fallen off the bus.")]),
+        ("dmesg-xid-79.akash-support-209.log", [("PCI:0000:a1:00", 79, "GPU has fallen off the bus.", "")]),
         (
             "dmesg-xid.akash-support-244.log",
             [
-                ("PCI:0000:00:05", 43, "Ch 00000008"),
-                ("PCI:0000:00:05", 43, "Ch 00000008"),
+                ("PCI:0000:00:05", 43, "Ch 00000008", ""),
+                ("PCI:0000:00:05", 43, "Ch 00000008", ""),
                 ("PCI:0000:00:07", 31, "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_8 faulted"
-                 " @ 0x73ac_1c000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"),
-                ("PCI:0000:00:08", 94, "Contained: SM (0x1). RST: No, D-RST: No"),
+                 " @ 0x73ac_1c000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE", ""),
+                ("PCI:0000:00:08", 94, "Contained: SM (0x1). RST: No, D-RST: No", ""),
             ],
         ),
     ],
 )  # fmt: skip
-def test_xid_events_of_real_kernel_logs(name: str, events: list[tuple[str, int, str]]):
+def test_xid_events_of_real_kernel_logs(name: str, events: list[tuple[str, int, str, str]]):
     assert hc.xid_events(sample(name)) == events
 
 
 def test_xid_119_storm_on_a_real_h100_node():
     events = hc.xid_events(sample("dmesg-xid-119.h100-xe9680.log"))
-    assert [(pci, xid) for pci, xid, _ in events] == [("PCI:0000:9b:00", 119)] * 5
+    assert [(pci, xid) for pci, xid, _, _ in events] == [("PCI:0000:9b:00", 119)] * 5
     assert events[-1][2] == (
         "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
         "(0x20803032 0x58c)."
@@ -212,8 +270,101 @@ def test_xid_check_on_real_kernel_logs(name: str, message: str):
 
 def test_xid_on_a_mig_instance_is_seen():
     events = hc.xid_events(sample("xid-mig-examples.nvidia-docs.txt"))
-    assert [xid for _pci, xid, _ in events] == [94, 94, 95]
-    assert events[0][0] == "PCI:0000:01:00 GPU-I:05"  # the MIG instance is named in the check's message
+    assert [xid for _pci, xid, _, _ in events] == [94, 94, 95]
+    # attributed to the GPU by its bus; the MIG instance is kept for the message
+    assert events[0] == ("PCI:0000:01:00", 94, "Contained: CE User Channel (0x9). RST: No, D-RST: No", "GPU-I:05")
+    node = CannedNode({("journal",): sample("xid-mig-examples.nvidia-docs.txt").splitlines()[0]}, gpu_count=1,
+                      xid_command=["journal"])  # fmt: skip
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(node)
+    assert str(failed.value) == (
+        "XID 94 on PCI:0000:01:00 (GPU-I:05): Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    )
+
+
+def test_xid_on_a_mig_compute_instance_is_seen():
+    # CONSTRUCTED sample (SOURCES.md): the driver's GPU-I + GPU-CI format, which no real capture showed
+    events = hc.xid_events(sample("xid-mig-gpu-ci.CONSTRUCTED.from-kernel_rc.txt"))
+    detail = "Contained: CE User Channel (0x9). RST: No, D-RST: No"  # pid= and name= dropped as for any Xid
+    assert events == [
+        ("PCI:0000:01:00", 94, detail, "GPU-I:05 GPU-CI:00"),
+        ("PCI:0000:01:00", 94, detail, "GPU-I:05"),
+    ]
+    node = CannedNode({("journal",): sample("xid-mig-gpu-ci.CONSTRUCTED.from-kernel_rc.txt")}, gpu_count=1,
+                      xid_command=["journal"])  # fmt: skip
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(node)
+    assert str(failed.value) == f"XID 94 on PCI:0000:01:00 (GPU-I:05): {detail} (2 XID events in 3600 s)"
+
+
+FALLEN = "dmesg-fallen-off-bus.nvsentinel-155.log"
+FALLEN_MESSAGE = (
+    "GPU on PCI:0000:b3:00 has fallen off the bus and is not responding to commands (PCI ID 10de:26b5); "
+    "no Xid 79 logged for it"
+)
+
+
+def test_gpu_fallen_off_the_bus_without_an_xid_line():
+    text = sample(FALLEN)
+    assert hc.xid_events(text) == []  # nothing for the Xid parser: this is what used to pass
+    assert hc.bus_lost(text) == [
+        ("PCI:0000:b3:00", "has fallen off the bus and is not responding to commands (PCI ID 10de:26b5)")
+    ]
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(CannedNode({("journal",): text}, gpu_count=8, xid_command=["journal"]))
+    assert str(failed.value) == FALLEN_MESSAGE
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["dmesg", "journalctl -o cat", "syslog", "one line"],
+)
+def test_fallen_off_the_bus_in_every_log_shape(shape: str):
+    """The one message in the shapes the log tools give it (built from the real dmesg lines of the sample)."""
+    lines = sample(FALLEN).splitlines()[:3]
+    bare = [line.split("] ", 1)[-1].strip() for line in lines]  # "NVRM: ..." as the kernel printed it
+    text = {
+        "dmesg": "\n".join(lines),
+        "journalctl -o cat": "\n".join(bare),  # one journal entry, its newlines kept, no prefix
+        "syslog": "\n".join(f"Jan  3 07:39:45 dgx01 kernel: [ 1843.308145] {line}" for line in bare),
+        "one line": " ".join(bare).replace(" NVRM: ", " ", 2),  # a collector that joins the three
+    }[shape]
+    assert [pci for pci, _ in hc.bus_lost(text)] == ["PCI:0000:b3:00"]
+
+
+def test_fallen_off_the_bus_is_not_pinned_on_the_gpu_before():
+    # another GPU's probe message just before (osapi.c's "not supported" text, in the shape of the sample): the lost
+    # GPU is the one whose own message says so
+    before = (
+        "[ 1843.300001] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:2d04)\n"
+        "               NVRM: installed in this system is not supported by the\n"
+    )
+    assert [pci for pci, _ in hc.bus_lost(before + sample(FALLEN))] == ["PCI:0000:b3:00"]
+
+
+def test_fallen_off_the_bus_with_its_xid_79_is_reported_once():
+    # the real run-time pair: Xid 79 and "NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus." on the same GPU
+    log = sample("dmesg-xid-79.akash-support-209.log")
+    assert hc.bus_lost(log) == [("PCI:0000:a1:00", "has fallen off the bus")]
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(CannedNode({("journal",): log}, gpu_count=8, xid_command=["journal"]))
+    assert str(failed.value) == "XID 79 on PCI:0000:a1:00: GPU has fallen off the bus."  # one event, not two
+    # the probe-time message of the NVSentinel sample after an Xid 79 for the same GPU (the Xid line of the akash
+    # sample, moved to bus b3): still one GPU, reported as the Xid
+    xid79 = next(line for line in log.splitlines() if "Xid" in line).replace("0000:a1:00", "0000:b3:00")
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(CannedNode({("journal",): xid79 + "\n" + sample(FALLEN)}, gpu_count=8, xid_command=["journal"]))
+    assert str(failed.value) == "XID 79 on PCI:0000:b3:00: GPU has fallen off the bus."
+
+
+def test_fallen_off_the_bus_is_reported_before_other_xids():
+    log = sample("dmesg-xid.akash-support-244.log") + sample(FALLEN)  # Xid 94 on another GPU, 43 and 31 ignored
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(CannedNode({("journal",): log}, gpu_count=8, xid_command=["journal"]))
+    assert str(failed.value) == FALLEN_MESSAGE + " (and 1 XID events in 3600 s)"
+    # it counts as Xid 79: ignored only where Xid 79 is
+    node = CannedNode({("journal",): sample(FALLEN)}, gpu_count=8, xid_command=["journal"], xid_ignore=[79])
+    assert hc.check_xid(node) == "no XID errors in the last 3600 s, ignoring 79"
 
 
 def test_fabric_manager_version_of_a_real_node():
@@ -261,6 +412,55 @@ def chrony_csv_fields() -> list[str]:
     """`chronyc -c tracking` field names, in order, from the real human-readable `chronyc tracking` sample."""
     keys = [line.split(":", 1)[0].strip() for line in sample("chronyc-tracking.rockstor-2098.txt").splitlines()]
     return ["Reference ID", "Reference name", *keys[1:]]  # "Reference ID : 55C7D664 (85.199.214.100)" is two fields
+
+
+def tracking_csv(text: str) -> str:
+    """`chronyc -c tracking`'s line for a real `chronyc tracking` report.
+
+    chronyc prints the same fields either way (client.c, process_cmd_tracking: one print_report, CSV with -c): the
+    reference ID and name, stratum, reference time in seconds, then the numbers with their sign where the report
+    says slow or fast, and the leap status. The checker reads the ID and name, stratum, system time and leap status.
+    """
+    values = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in text.splitlines())}
+    refid, name = values["Reference ID"].split(" ", 1)
+    ref_time = datetime.datetime.strptime(values["Ref time (UTC)"], "%a %b %d %H:%M:%S %Y")
+    fields = [refid, name.strip("()"), values["Stratum"], f"{ref_time.replace(tzinfo=datetime.UTC).timestamp():.9f}"]
+    for key in ("System time", "Last offset", "RMS offset", "Frequency", "Residual freq", "Skew", "Root delay",
+                "Root dispersion", "Update interval"):  # fmt: skip
+        number, *words = values[key].split()
+        negative = ("fast" if key == "System time" else "slow") in words  # %O: slow > 0; %F: fast > 0
+        fields.append(f"-{number}" if negative else number)
+    return ",".join([*fields, values["Leap status"]]) + "\n"
+
+
+@pytest.fixture
+def chronyc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_clock looks for chronyc on PATH before it asks the (canned) node."""
+    monkeypatch.setattr(hc.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+
+def test_chrony_serving_its_local_clock_is_not_synchronised(chronyc: None):
+    line = tracking_csv(sample("chronyc-tracking.local-stratum-10.srlinux-ntp-server.txt"))
+    assert line.startswith("7F7F0101,,10,1770180461.000000000,") and line.endswith(",Normal\n")
+    assert len(line.split(",")) == 14
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_clock(CannedNode({("chronyc", "-c", "tracking"): line}, clock=True))
+    assert str(failed.value) == (
+        "clock not synchronised to a real source: chrony is serving its local clock "
+        "(reference ID 7F7F0101, stratum 10; the `local` directive, no NTP source)"
+    )
+
+
+def test_health_check_tests_use_the_real_local_clock_report():
+    fake = load_script("health_check_tests_local", ROOT / "tests" / "test_health_check.py").CHRONY_LOCAL
+    assert fake == tracking_csv(sample("chronyc-tracking.local-stratum-10.srlinux-ntp-server.txt"))
+
+
+def test_chrony_synchronised_to_a_server_passes(chronyc: None):
+    line = tracking_csv(sample("chronyc-tracking.rockstor-2098.txt"))  # real, synchronised to 85.199.214.100
+    assert line.startswith("55C7D664,85.199.214.100,2,") and len(line.split(",")) == 14
+    message = hc.check_clock(CannedNode({("chronyc", "-c", "tracking"): line}, clock=True))
+    assert message == "synchronised to 85.199.214.100 (stratum 2, offset 0.053 ms)"
 
 
 def test_chrony_csv_fields_the_checker_reads():

@@ -81,17 +81,17 @@ def test_password_from_environment_file(site: Site, tmp_path: Path, monkeypatch:
     secrets.check(site)
 
 
-def test_provision_without_secrets_touches_no_node(core_copy: Path, monkeypatch: pytest.MonkeyPatch):
+def test_provision_without_secrets_touches_no_node(prod_copy: Path, monkeypatch: pytest.MonkeyPatch):
     from typer.testing import CliRunner
 
     from corectl.cli import app
 
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD", raising=False)
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
-    result = CliRunner().invoke(app, ["provision", "--inventory", str(core_copy)])
+    result = CliRunner().invoke(app, ["provision", "--inventory", str(prod_copy)])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: no vault password")
-    assert not (core_copy / ".runs").exists()  # ansible never started
+    assert not (prod_copy / ".runs").exists()  # ansible never started
 
 
 def test_runner_hands_ansible_the_vault(site: Site, tmp_path: Path):
@@ -115,10 +115,10 @@ def test_runner_hands_ansible_the_vault(site: Site, tmp_path: Path):
     assert subprocess.run([str(password_file)], capture_output=True, check=False).returncode != 0
 
 
-def test_cephfs_mounts_need_their_client_key(core_copy: Path, root: Path, monkeypatch: pytest.MonkeyPatch):
+def test_cephfs_mounts_need_their_client_key(prod_copy: Path, root: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD", raising=False)
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
-    site = Site(root=root, directory=core_copy)  # core declares cephfs mounts for client.corectl
+    site = Site(root=root, directory=prod_copy)  # core declares cephfs mounts for client.corectl
     secrets.init(site)
     with pytest.raises(CorectlError, match=r"no cephx key for client.corectl"):
         secrets.check(site)

@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from corectl.errors import CorectlError
+from corectl.lab.docker import engine_ready
+from corectl.lab.image import ensure_image
+
 STANDIN = Path(__file__).resolve().parent / "standin"
 TOOLS = {
     "gpu-sim": "gpusim/gpu_sim.py",
@@ -33,7 +37,6 @@ TOOLS = {
     "nv-hostengine": "dcgm/nv_hostengine.py",
     "dcgmi": "dcgm/dcgmi.py",
     "dcgm-exporter": "dcgm-exporter/dcgm_exporter.py",
-    "enroot": "enroot/enroot.py",
 }
 BUILD_TOOLS = ("dpkg-deb", "gpg", "gpgconf")
 needs_build_tools = pytest.mark.skipif(
@@ -75,6 +78,7 @@ class Node:
             GPU_SIM_RUN=str(root / "run"),
             GPU_SIM_SYSFS=str(root / "sysfs"),
             GPU_SIM_DEV=str(root / "dev"),
+            GPU_SIM_POWER_ON=str(root / "power-on"),
             PYTHONDONTWRITEBYTECODE="1",
         )
         self.procs: list[subprocess.Popen] = []
@@ -355,15 +359,11 @@ def test_boot_and_first_driver_install(node: Node):
     assert node.state()["loaded_driver"] == "580.105.08"
 
 
-def test_enroot_version(node: Node):
-    assert node.run("enroot", "version").stdout.strip() == "3.5.0"
-    assert "not implemented" in node.run("enroot", "import", "docker://x", check=1).stderr
-
-
 # --------------------------------------------------------------------------- packages and the apt repository
 
 EXPECTED_APT = {
     ("gpu-sim", "1.0-1"),
+    ("libnvidia-container-tools", "1.17.8-1"),
     ("cuda-drivers-550", "550.163.01-1"),
     ("cuda-drivers-580", "580.82.07-1"),
     ("cuda-drivers-580", "580.95.05-1"),
@@ -382,12 +382,26 @@ EXPECTED_APT = {
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def node_image() -> str:
+    """The node image enroot is built in (from its upstream source)."""
+    if not engine_ready():
+        pytest.skip("the Docker engine is needed to build enroot")
+    try:
+        return ensure_image()
+    except CorectlError as exc:
+        pytest.skip(f"no node image to build enroot in: {exc}")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory, node_image: str) -> Path:
     if not all(shutil.which(tool) for tool in BUILD_TOOLS):
         pytest.skip("dpkg-deb and gpg are needed to build the repo")
     out = tmp_path_factory.mktemp("standin-repo")
     result = subprocess.run(
-        [sys.executable, str(STANDIN / "build_repo.py"), str(out)], capture_output=True, text=True, check=True
+        [sys.executable, str(STANDIN / "build_repo.py"), str(out), "--image", node_image],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert result.stdout.strip() == str(out)
     return out
@@ -415,10 +429,10 @@ def test_repo_index_and_packages(repo: Path):
     in_apt = {(p["name"], p["version"]) for p in index["packages"] if p["in_apt"]}
     assert in_apt == EXPECTED_APT
     standalone = {p["path"] for p in index["packages"] if not p["in_apt"]}
-    assert standalone == {"enroot/v3.5.0/enroot_3.5.0-1_amd64.deb", "enroot/v3.5.0/enroot+caps_3.5.0-1_amd64.deb"}
+    assert standalone == {"enroot/v4.1.2/enroot_4.1.2-1_amd64.deb", "enroot/v4.1.2/enroot+caps_4.1.2-1_amd64.deb"}
     assert index["drivers"]["580.82.07"]["fabricmanager_package"] is None
     assert index["dcgm_exporter"]["path"] == "dcgm-exporter/4.2.3-4.1.3/dcgm-exporter_4.2.3-4.1.3_linux_amd64.tar.gz"
-    assert index["pyxis"]["path"] == "pyxis/archive/refs/tags/v0.20.0.tar.gz"
+    assert index["pyxis"]["path"] == "pyxis/archive/refs/tags/v0.24.0.tar.gz"
 
     packages = (repo / "apt" / "Packages").read_text()
     assert gzip.decompress((repo / "apt" / "Packages.gz").read_bytes()).decode() == packages
@@ -458,10 +472,13 @@ def test_repo_signature_verifies(repo: Path):
 
 
 @needs_build_tools
-def test_second_build_is_a_noop(repo: Path):
+def test_second_build_is_a_noop(repo: Path, node_image: str):
     before = {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()}
     result = subprocess.run(
-        [sys.executable, str(STANDIN / "build_repo.py"), str(repo)], capture_output=True, text=True, check=True
+        [sys.executable, str(STANDIN / "build_repo.py"), str(repo), "--image", node_image],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert result.stdout.strip() == str(repo)
     assert {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()} == before
@@ -470,10 +487,10 @@ def test_second_build_is_a_noop(repo: Path):
 @needs_build_tools
 def test_archives(repo: Path):
     exporter = repo / "dcgm-exporter" / "4.2.3-4.1.3" / "dcgm-exporter_4.2.3-4.1.3_linux_amd64.tar.gz"
-    pyxis = repo / "pyxis" / "archive" / "refs" / "tags" / "v0.20.0.tar.gz"
+    pyxis = repo / "pyxis" / "archive" / "refs" / "tags" / "v0.24.0.tar.gz"
     for archive, top, members in (
         (exporter, "dcgm-exporter_4.2.3-4.1.3_linux_amd64", {"dcgm-exporter", "default-counters.csv"}),
-        (pyxis, "pyxis-0.20.0", {"pyxis.c", "Makefile", "VERSION"}),
+        (pyxis, "pyxis-0.24.0", {"pyxis_slurmstepd.c", "Makefile", "spank_pyxis.lds"}),
     ):
         digest, name = (archive.parent / (archive.name + ".sha256")).read_text().split()
         assert name == archive.name
@@ -495,7 +512,7 @@ def test_installed_layout_works(repo: Path, tmp_path: Path):
         "apt/cuda-drivers-580_580.95.05-1_amd64.deb",
         "apt/nvidia-fabricmanager_580.95.05-1_amd64.deb",
         "apt/datacenter-gpu-manager-4-core_4.2.3-1_amd64.deb",
-        "enroot/v3.5.0/enroot_3.5.0-1_amd64.deb",
+        "enroot/v4.1.2/enroot_4.1.2-1_amd64.deb",
     ):
         subprocess.run(["dpkg-deb", "-x", str(repo / deb), str(root)], check=True)
         control = tmp_path / "control" / Path(deb).name
@@ -528,17 +545,78 @@ def test_installed_layout_works(repo: Path, tmp_path: Path):
     assert len(tool("nvidia-smi", "-L").splitlines()) == 8
     assert tool("nv-fabricmanager", "--version").strip() == "Fabric Manager version is : 580.95.05"
     assert "Version : 4.2.3" in tool("dcgmi", "--version")
-    assert tool("enroot", "version").strip() == "3.5.0"
+    # the real enroot: its helpers are ELF binaries, its configuration enroot's own
+    assert (root / "usr" / "bin" / "enroot-nsenter").read_bytes()[:4] == b"\x7fELF"
+    assert "ENROOT_SQUASH_OPTIONS" in (root / "etc" / "enroot" / "enroot.conf").read_text()
 
 
-@pytest.mark.skipif(
-    not (Path("/usr/include/slurm/spank.h").exists() and shutil.which("make") and shutil.which("cc")),
-    reason="needs the Slurm headers (libslurm-dev), make and cc",
-)
-def test_pyxis_builds(tmp_path: Path):
-    src = tmp_path / "pyxis"
-    shutil.copytree(STANDIN / "pyxis", src)
-    subprocess.run(["make", "-C", str(src), "CFLAGS=-O2 -Werror"], capture_output=True, check=True)
-    dest = tmp_path / "dest"
-    subprocess.run(["make", "-C", str(src), "install", f"DESTDIR={dest}", "PREFIX=/usr/local"], check=True)
-    assert (dest / "usr" / "local" / "lib" / "slurm" / "spank_pyxis.so").is_file()
+def test_gpu_reset_is_refused_while_held_and_clears_what_a_reset_clears(node: Node):
+    node.run("gpu-sim", "fault", "ecc", "--gpu", "2")
+    node.run("gpu-sim", "fault", "nvlink-down", "--gpu", "2")
+    node.run("gpu-sim", "fault", "xid", "--gpu", "4", "--xid", "48")
+    proc = node.start("nvidia-persistenced", "--user", "nvidia-persistenced", "--persistence-mode")
+    wait_for(lambda: all(g["persistence_mode"] for g in node.state()["gpus"]))
+    refused = node.run("nvidia-smi", "--gpu-reset", check=255)
+    assert "in use by another client (nvidia-persistenced)" in refused.stdout
+    node.run("nvidia-smi", "-r", "-i", "2", check=255)  # held: refused before the single-GPU rule
+    node.stop(proc)
+    assert "reset all GPUs together" in node.run("nvidia-smi", "-r", "-i", "2", check=3).stdout
+    done = node.run("nvidia-smi", "-r").stdout.splitlines()
+    assert done[-1] == "All done." and len(done) == 9
+    fields = "ecc.errors.uncorrected.volatile.total,remapped_rows.pending"
+    assert node.query(fields)[2] == ["0", "No"]
+    assert "<inactive>" not in node.run("nvidia-smi", "nvlink", "-s", "-i", "2").stdout
+    # a reset does not clear the kernel log; a boot starts a new one
+    assert "Xid" in node.run("gpu-sim", "kernel-log", "--since", "3600").stdout
+    node.run("gpu-sim", "boot")
+    assert "Xid" not in node.run("gpu-sim", "kernel-log", "--since", "3600").stdout
+
+
+def test_a_lost_gpu_comes_back_after_a_power_cycle_not_a_reboot_and_a_dead_one_never(node: Node):
+    node.run("gpu-sim", "fault", "lost-gpu", "--gpu", "5")
+    node.run("gpu-sim", "fault", "dead-gpu", "--gpu", "6")
+    assert "(reboot)" in node.run("gpu-sim", "boot").stdout
+    assert len(node.query("index")) == 6
+    mark = node.root / "power-on"
+    mark.write_text("1795420000\n")  # what the stand-in BMC leaves before it powers the node on
+    assert "(cold start)" in node.run("gpu-sim", "boot").stdout
+    assert [row[0] for row in node.query("index")] == ["0", "1", "2", "3", "4", "5", "7"]
+    assert not mark.exists()
+    node.run("gpu-sim", "clear", "dead-gpu")
+    assert len(node.query("index")) == 8
+
+
+CONTAINER_CLI = STANDIN / "container-cli" / "nvidia_container_cli.py"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_container_cli_binds_the_chosen_gpus_into_the_rootfs(tmp_path: Path):
+    """As enroot's 98-nvidia.sh calls it, in a private mount namespace: the control devices and
+    the chosen GPUs appear in ROOTFS/dev (regular files stand in for the device nodes here)."""
+    dev, rootfs = tmp_path / "dev", tmp_path / "rootfs"
+    dev.mkdir()
+    rootfs.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"):
+        (dev / name).write_text(f"{name}\n")
+    env = dict(os.environ, GPU_SIM_DEV=str(dev))
+    cli = [sys.executable, str(CONTAINER_CLI), "--user"]
+    configure = [*cli, "configure", "--no-cgroups", "--ldconfig=@/sbin/ldconfig"]
+    shown_dev = " ".join(f"{rootfs}/dev/{name}" for name in ("nvidia0", "nvidia2", "nvidiactl"))
+    script = f'"$@" --utility --device=0,2 {rootfs} && cat {shown_dev}'
+    shown = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", *configure],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == ["nvidia0", "nvidia2", "nvidiactl"]
+    assert not (rootfs / "dev" / "nvidia1").exists()
+    assert (rootfs / "dev" / "nvidia0").read_text() == ""  # outside the namespace: only the empty mount point
+    refused = subprocess.run(
+        [*configure, "--device=7", str(rootfs)], env=env, capture_output=True, text=True, check=False
+    )
+    assert refused.returncode == 1 and "7: unknown device" in refused.stderr
+    version = subprocess.run([*cli, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("cli-version: 1.17.8")

@@ -14,10 +14,10 @@ from corectl.loader import load_cluster
 runner = CliRunner()
 ERROR_LINE = re.compile(r"^(?P<file>\S+cluster\.yml):(?P<line>\d+): (?P<path>\S+): (?P<message>.+)$")
 
-# (what to replace in inventories/core/cluster.yml, replacement, field path, words of the message)
+# (what to replace in inventories/prod/cluster.yml, replacement, field path, words of the message)
 # The expected line is where the replacement text starts.
 VARIANTS = [
-    ("  name: core\n", "  nmae: core\n", "cluster.nmae", "unknown key (did you mean 'name'?)"),
+    ("  name: prod\n", "  nmae: prod\n", "cluster.nmae", "unknown key (did you mean 'name'?)"),
     (
         "    profile: dgx-h100\n    roles: [compute]\n    rack: r01",
         "    profile: dgx-h200\n    roles: [compute]\n    rack: r01",
@@ -75,7 +75,7 @@ VARIANTS = [
         "slurm.partitions[1].name",
         "duplicate partition name 'batch'",
     ),
-    ("  name: core\n", "  name: core\n  name: core2\n", "(yaml)", "duplicate key"),
+    ("  name: prod\n", "  name: prod\n  name: prod2\n", "(yaml)", "duplicate key"),
     # the parser stops at the first list item after the unclosed flow sequence
     ("  ntp_servers:\n", "  ntp_servers: [\n", "(yaml)", "expected the node content, but found '-'", "    - 10.10.0.1"),
     ("    leaf: leaf2\n", "    leaf: spine1\n", "nodes[2].leaf", "not a leaf"),
@@ -109,8 +109,8 @@ VARIANTS = [
 ]
 
 
-def _variant(core_copy: Path, old: str, new: str) -> int:
-    path = core_copy / "cluster.yml"
+def _variant(prod_copy: Path, old: str, new: str) -> int:
+    path = prod_copy / "cluster.yml"
     text = path.read_text()
     assert text.count(old) >= 1, f"fixture text not found: {old!r}"
     index = text.index(old)
@@ -121,19 +121,19 @@ def _variant(core_copy: Path, old: str, new: str) -> int:
 
 
 def test_shipped_core_site_is_valid(root: Path):
-    cluster = load_cluster(root / "inventories" / "core")
+    cluster = load_cluster(root / "inventories" / "prod")
     assert len(cluster.nodes) == 13
     assert [n.name for n in cluster.with_role("slurm_controller")] == ["head01"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v[2] + ":" + v[3][:20] for v in VARIANTS])
-def test_broken_variant_fails_with_file_line(core_copy: Path, variant):
+def test_broken_variant_fails_with_file_line(prod_copy: Path, variant):
     old, new, path, words = variant[:4]
-    line = _variant(core_copy, old, new)
+    line = _variant(prod_copy, old, new)
     if len(variant) > 4:
-        text = (core_copy / "cluster.yml").read_text()
+        text = (prod_copy / "cluster.yml").read_text()
         line = text[: text.index(variant[4])].count("\n") + 1
-    result = runner.invoke(app, ["validate", "--inventory", str(core_copy)])
+    result = runner.invoke(app, ["validate", "--inventory", str(prod_copy)])
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     parsed = [ERROR_LINE.match(text) for text in lines]
@@ -145,13 +145,13 @@ def test_broken_variant_fails_with_file_line(core_copy: Path, variant):
     assert ours[0]["file"].endswith("cluster.yml")
 
 
-def test_cli_prints_one_line_error_without_traceback(core_copy: Path, root: Path):
+def test_cli_prints_one_line_error_without_traceback(prod_copy: Path, root: Path):
     import subprocess
     import sys
 
-    _variant(core_copy, "  name: core\n", "  nmae: core\n")
+    _variant(prod_copy, "  name: prod\n", "  nmae: prod\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "corectl.cli", "validate", "--inventory", str(core_copy)],
+        [sys.executable, "-m", "corectl.cli", "validate", "--inventory", str(prod_copy)],
         capture_output=True,
         text=True,
         cwd=root,
@@ -160,8 +160,8 @@ def test_cli_prints_one_line_error_without_traceback(core_copy: Path, root: Path
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().splitlines() == [
-        f"{core_copy}/cluster.yml:4: cluster.name: required key is missing",
-        f"{core_copy}/cluster.yml:5: cluster.nmae: unknown key (did you mean 'name'?)",
+        f"{prod_copy}/cluster.yml:4: cluster.name: required key is missing",
+        f"{prod_copy}/cluster.yml:5: cluster.nmae: unknown key (did you mean 'name'?)",
     ]
 
 
@@ -172,6 +172,6 @@ def test_missing_site_is_a_clean_error(tmp_path: Path):
 
 
 def test_validate_reports_node_count(root: Path):
-    result = runner.invoke(app, ["validate", "--inventory", "core"])
+    result = runner.invoke(app, ["validate", "--inventory", "prod"])
     assert result.exit_code == 0, result.output
     assert "valid (13 nodes)" in result.output

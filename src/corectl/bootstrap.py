@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ from corectl.model import Cluster, Node
 from corectl.site import Site
 
 CONNECT_TIMEOUT = 15.0
+# paramiko's transport thread logs each failed handshake with a traceback; the error that
+# reaches corectl says the same in one line
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
@@ -111,17 +115,31 @@ def _run(client: paramiko.SSHClient, login: Login, script: str) -> str:
     return out
 
 
+def _channel(node: Node) -> paramiko.ProxyCommand | tuple[str, int]:
+    """How to reach the node's sshd: directly, or through its jump host (cluster.yml jump_host,
+    as Ansible's ProxyJump does; the jump host's key is checked by the operator's ssh config)."""
+    if not node.jump_host:
+        return (node.ssh_host, node.ssh_port)
+    target = f"[{node.ssh_host}]" if ":" in node.ssh_host else node.ssh_host
+    *hops, last = node.jump_host.split(",")
+    command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT:.0f}"]
+    if hops:
+        command += ["-J", ",".join(hops)]
+    return paramiko.ProxyCommand(shlex.join([*command, "-W", f"{target}:{node.ssh_port}", f"ssh://{last}"]))
+
+
 def bootstrap_node(
     site: Site, node: Node, login: Login, pub: str, target_user: str, accept: Callable[[str, str], bool]
 ) -> Outcome:
     name = endpoint(node)
     try:
-        transport = paramiko.Transport((node.ssh_host, node.ssh_port))
+        transport = paramiko.Transport(_channel(node))
         transport.start_client(timeout=CONNECT_TIMEOUT)
         server_key = transport.get_remote_server_key()
         transport.close()
     except (OSError, paramiko.SSHException) as exc:
-        raise CorectlError(f"{node.name}: cannot reach {name}: {exc}") from None
+        via = f" through jump host {node.jump_host}" if node.jump_host else ""
+        raise CorectlError(f"{node.name}: cannot reach {name}{via}: {exc}") from None
     shown = f"{server_key.get_name()} {fingerprint(server_key)}"
     recorded = known_key(site.known_hosts, name)
     new = recorded is None
@@ -145,6 +163,7 @@ def bootstrap_node(
             look_for_keys=False,
             allow_agent=False,
             timeout=CONNECT_TIMEOUT,
+            sock=_channel(node) if node.jump_host else None,
         )
         out = _run(client, login, _script(pub, target_user))
     except paramiko.AuthenticationException:

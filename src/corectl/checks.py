@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corectl import hostlist
-from corectl.model import ClusterConfig, Node, Switch
+from corectl.model import BMC_DEFAULT_PORTS, Bmc, ClusterConfig, Node, NodeBmc, Switch
 from corectl.yamlsrc import PathKey, dotted
 
 
@@ -76,7 +76,14 @@ def expand_nodes(config: ClusterConfig, problems: list[Problem]) -> list[Node]:
                 )
             )
             continue
-        for name, address in zip(names, addresses, strict=True):
+        bmcs: list[NodeBmc | None] = [None] * len(names)
+        if entry.bmc is not None:
+            try:
+                bmcs = [_bmc(entry.bmc, a) for a in hostlist.expand_addresses(entry.bmc.address, len(names))]
+            except hostlist.HostlistError as exc:
+                problems.append(Problem(("nodes", index, "bmc", "address"), str(exc)))
+                continue
+        for name, address, bmc in zip(names, addresses, bmcs, strict=True):
             nodes.append(
                 Node(
                     name=name,
@@ -90,9 +97,15 @@ def expand_nodes(config: ClusterConfig, problems: list[Problem]) -> list[Node]:
                     ssh_user=(override.user if override and override.user else ssh.user),
                     jump_host=(override.jump_host if override and override.jump_host else ssh.jump_host),
                     source=index,
+                    bmc=bmc,
                 )
             )
     return nodes
+
+
+def _bmc(bmc: Bmc, address: str) -> NodeBmc:
+    port = bmc.port or BMC_DEFAULT_PORTS[(bmc.protocol, bmc.scheme)]
+    return NodeBmc(address=address, protocol=bmc.protocol, port=port, scheme=bmc.scheme, ca_file=bmc.ca_file)
 
 
 def _unknown(path: PathKey, kind: str, name: str, declared: Iterable[str]) -> Problem:
@@ -143,6 +156,10 @@ def _check_nodes(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
             problems.append(Problem(("nodes", index, "roles"), "a role is listed twice"))
     problems += _duplicates(((n.name, ("nodes", n.source, "name")) for n in nodes), "node name")
     problems += _duplicates(((n.address, ("nodes", n.source, "address")) for n in nodes), "node address")
+    problems += _duplicates(
+        ((f"{n.bmc.address}:{n.bmc.port}", ("nodes", n.source, "bmc", "address")) for n in nodes if n.bmc),
+        "BMC address",
+    )
     if not problems:
         problems += _duplicates(
             (

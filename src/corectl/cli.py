@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -60,12 +61,24 @@ app.add_typer(secrets_app, name="secrets")
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 InventoryOpt = Annotated[
-    str,
-    typer.Option("--inventory", "-i", help="site name under inventories/, or a path to a site directory"),
+    str | None,
+    typer.Option(
+        "--inventory",
+        "-i",
+        metavar="SITE",
+        help="site name under inventories/, or a path to a site directory "
+        "(default: $CORECTL_INVENTORY, else the only site besides the lab)",
+        show_default=False,
+    ),
 ]
 WaitOpt = Annotated[
     float,
-    typer.Option("--wait", min=0, help="while another changing command holds the site, wait up to this many seconds"),
+    typer.Option(
+        "--wait",
+        min=0,
+        metavar="SECONDS",
+        help="while another changing command holds the site, wait up to this many seconds",
+    ),
 ]
 
 
@@ -119,14 +132,38 @@ def _with_limit(hosts: list[str]) -> str:
     return "corectl " + shlex.join([*kept, "--limit", ",".join(hosts)])
 
 
-def _site(inventory: str):  # noqa: ANN202 - Site, imported lazily
+def _site(inventory: str | None):  # noqa: ANN202 - Site, imported lazily
     from corectl.site import resolve_site
 
     return resolve_site(inventory)
 
 
 @app.command()
-def validate(inventory: InventoryOpt) -> None:
+def init(
+    name: Annotated[str, typer.Argument(help="the new site's name (inventories/NAME)")],
+) -> None:
+    """Start a new site: a commented cluster.yml that validates, group_vars/, and its secrets."""
+
+    from corectl.commands.init import check_name, init_site
+    from corectl.secrets import SecretFiles
+
+    check_name(name)
+    site = _site(name)
+    written = init_site(site)
+    for item in written:
+        out.print(f"wrote {item}", markup=False)
+    password_file = SecretFiles(site).default_password_file
+    if not (os.environ.get("CORECTL_VAULT_PASSWORD_FILE") or os.environ.get("CORECTL_VAULT_PASSWORD")):
+        out.print(
+            f"vault password: {password_file} (git-ignored, mode 0600); keep a copy in your password manager, "
+            "or move it off this disk and set CORECTL_VAULT_PASSWORD_FILE",
+            markup=False,
+        )
+    out.print(f"next: edit {site.cluster_file}, then corectl validate --inventory {name}", markup=False)
+
+
+@app.command()
+def validate(inventory: InventoryOpt = None) -> None:
     """Check cluster.yml; print one line per problem (file:line: field: what is wrong)."""
     from corectl.commands.inventory import validate as run_validate
 
@@ -136,11 +173,11 @@ def validate(inventory: InventoryOpt) -> None:
 
 @app.command()
 def render(
-    inventory: InventoryOpt,
-    check: Annotated[bool, typer.Option("--check", help="exit 1 if hosts.yml is stale instead of writing it")] = False,
+    inventory: InventoryOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="exit 1 if a rendered file is stale, writing nothing")] = False,
     wait: WaitOpt = 0,
 ) -> None:
-    """Write inventories/<site>/hosts.yml from cluster.yml (deterministic)."""
+    """Write inventories/<site>/hosts.yml, nodes.json, switches.json and site.json from cluster.yml (deterministic)."""
     from corectl.commands.inventory import render_site
 
     site = _site(inventory)
@@ -160,11 +197,11 @@ def schema() -> None:
 
 @app.command()
 def provision(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     limit: Annotated[
-        str | None, typer.Option("--limit", "-l", help="only these hosts/groups (Ansible pattern)")
+        str | None, typer.Option("--limit", "-l", metavar="HOSTS", help="only these hosts/groups (Ansible pattern)")
     ] = None,
-    tags: Annotated[str | None, typer.Option("--tags", "-t", help="only tasks with these tags")] = None,
+    tags: Annotated[str | None, typer.Option("--tags", "-t", metavar="TAGS", help="only tasks with these tags")] = None,
     check: Annotated[bool, typer.Option("--check", help="dry run: change nothing")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="show the changes to files")] = False,
     wait: WaitOpt = 0,
@@ -180,7 +217,7 @@ def provision(
 
 @app.command()
 def bootstrap(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     nodes: Annotated[list[str] | None, typer.Argument(help="nodes (default: every node of the site)")] = None,
     user: Annotated[str, typer.Option(help="user for the first login (root, or an admin user with sudo)")] = "root",
     password_env: Annotated[
@@ -201,7 +238,6 @@ def bootstrap(
 
 def _bootstrap_login(user: str, password_env: str | None, key: Path | None) -> Login:
     import getpass
-    import os
 
     from corectl.bootstrap import Login
 
@@ -225,11 +261,11 @@ def _host_key_prompt(yes: bool) -> Callable[[str, str], bool]:
 
 @app.command()
 def plan(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     limit: Annotated[
-        str | None, typer.Option("--limit", "-l", help="only these hosts/groups (Ansible pattern)")
+        str | None, typer.Option("--limit", "-l", metavar="HOSTS", help="only these hosts/groups (Ansible pattern)")
     ] = None,
-    tags: Annotated[str | None, typer.Option("--tags", "-t", help="only tasks with these tags")] = None,
+    tags: Annotated[str | None, typer.Option("--tags", "-t", metavar="TAGS", help="only tasks with these tags")] = None,
 ) -> None:
     """Dry run of provision (check + diff) with a per-host list of what would change."""
     from corectl.commands.provision import plan as run_plan
@@ -240,7 +276,7 @@ def plan(
 @app.command()
 def drain(
     nodes: Annotated[str, typer.Argument(help="compute node(s), e.g. dgx03 or dgx[01-04]")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     reason: Annotated[str, typer.Option("--reason", "-r", help="why (shown by sinfo -R)")] = "",
     wait: WaitOpt = 0,
 ) -> None:
@@ -256,7 +292,7 @@ def drain(
 @app.command()
 def resume(
     nodes: Annotated[str, typer.Argument(help="compute node(s), e.g. dgx03 or dgx[01-04]")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     wait: WaitOpt = 0,
 ) -> None:
     """Return drained nodes to service in Slurm."""
@@ -270,14 +306,16 @@ def resume(
 
 @app.command()
 def health(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     limit: Annotated[
-        str | None, typer.Option("--limit", "-l", help="only these compute nodes/groups (Ansible pattern)")
+        str | None,
+        typer.Option("--limit", "-l", metavar="HOSTS", help="only these compute nodes/groups (Ansible pattern)"),
     ] = None,
     level: Annotated[
         int | None, typer.Option("--level", min=0, max=3, help="dcgmi diag level (0 off, 1-3); default: the nodes'")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print {nodes: {node: result}, ok} as JSON")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="the full node x check matrix instead of the summary")] = False,
     burn_in: Annotated[
         bool, typer.Option("--burn-in", help="NCCL all_reduce through Slurm instead, busbw vs the profile's")
     ] = False,
@@ -299,7 +337,7 @@ def health(
     if json_out:
         print(json.dumps(health_json(result.nodes), indent=2))
     else:
-        out.print(render_report(result.nodes))
+        out.print(render_report(result.nodes, wide=wide))
     if not result.ok:
         raise typer.Exit(1)
 
@@ -307,7 +345,7 @@ def health(
 @app.command("add-node")
 def add_node(
     node: Annotated[str, typer.Argument(help="the new compute node's name, e.g. dgx13")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     address: Annotated[str | None, typer.Option(help="its address (when cluster.yml does not declare it yet)")] = None,
     profile: Annotated[str | None, typer.Option(help="its hardware profile (idem)")] = None,
     leaf: Annotated[str | None, typer.Option(help="its leaf switch (idem)")] = None,
@@ -340,7 +378,7 @@ def add_node(
 @app.command("remove-node")
 def remove_node(
     node: Annotated[str, typer.Argument(help="the compute node to retire")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     timeout: Annotated[int, typer.Option("--timeout", min=0, help="seconds to wait for its jobs to end")] = 3600,
     wait: WaitOpt = 0,
 ) -> None:
@@ -353,25 +391,120 @@ def remove_node(
 
 
 @app.command()
-def status(inventory: InventoryOpt) -> None:
-    """Show compute nodes with their Slurm state, reason, running jobs and last health check."""
+def status(inventory: InventoryOpt = None) -> None:
+    """Show compute nodes with their Slurm state, reason, running jobs, last health check and repeat offenders."""
+    from datetime import UTC, datetime
+
+    from corectl.commands.failures import site_offenders
     from corectl.commands.health import last_verdicts
     from corectl.commands.inventory import render_site
     from corectl.commands.status import read_slurm_status, status_table
 
     site = _site(inventory)
     render_site(site, check_only=False)
-    out.print(status_table(read_slurm_status(site), last_verdicts(site)))
+    offenders = site_offenders(site, datetime.now(UTC), _warn)
+    out.print(status_table(read_slurm_status(site), last_verdicts(site), offenders))
+
+
+def _warn(line: str) -> None:
+    err.print(line, markup=False, soft_wrap=True)
+
+
+@app.command("history")
+def node_history(
+    node: Annotated[str, typer.Argument(help="a node of the site, e.g. dgx07")],
+    inventory: InventoryOpt = None,
+    last: Annotated[int, typer.Option("--last", min=1, help="how many verdicts and actions to show")] = 20,
+) -> None:
+    """A node's health verdicts and remediation actions, newest first (every corectl health adds one)."""
+    from corectl.commands.failures import history_view
+
+    out.print(history_view(_site(inventory), node, last))
+
+
+@app.command()
+def rma(
+    inventory: InventoryOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    failures: Annotated[
+        int | None,
+        typer.Option(min=1, help="failing health runs that make a repeat offender (default: group_vars, 3)"),
+    ] = None,
+    days: Annotated[
+        int | None, typer.Option(min=1, help="in this many days up to now (default: group_vars, 7)")
+    ] = None,
+) -> None:
+    """Nodes to send back (repeat offenders of the health checks), with the dates and failing checks."""
+    import json
+    from datetime import UTC, datetime
+
+    from corectl.commands.failures import rma as rma_report
+    from corectl.commands.failures import rma_json, rma_view
+
+    site = _site(inventory)
+    offenders, cases = rma_report(site, datetime.now(UTC), failures, days)
+    if json_out:
+        print(json.dumps(rma_json(site, offenders, cases), indent=2))
+    else:
+        out.print(rma_view(site, offenders, cases))
+
+
+@app.command()
+def heal(
+    nodes: Annotated[
+        str | None, typer.Argument(metavar="[NODES]", help="only these compute nodes (default: every one)")
+    ] = None,
+    inventory: InventoryOpt = None,
+    wait: WaitOpt = 0,
+) -> None:
+    """Remediate nodes the health checks drained: each failing check's ladder (group_vars), checks after
+    every step, resume what passes; what cannot be healed stays drained for hardware service."""
+    from corectl.commands.heal import heal as run_heal
+    from corectl.commands.heal import outcome_table
+
+    site = _site(inventory)
+    with _changing(site, wait):
+        outcomes = run_heal(site, out, nodes, warn=_warn)
+    out.print(outcome_table(outcomes))
+    if not all(o.ok for o in outcomes):
+        raise typer.Exit(1)
+
+
+@app.command()
+def power(
+    action: Annotated[str, typer.Argument(metavar="ACTION", help="status, on, off (hard), soft (ACPI) or cycle")],
+    nodes: Annotated[str, typer.Argument(metavar="NODES", help="node(s) with a bmc in cluster.yml, e.g. dgx[01-04]")],
+    inventory: InventoryOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="off/soft/cycle even a node with running jobs or a non-compute node")
+    ] = False,
+    timeout: Annotated[int, typer.Option("--timeout", min=1, help="seconds to wait for the new power state")] = 120,
+    wait: WaitOpt = 0,
+) -> None:
+    """Power through the nodes' BMCs (Redfish or IPMI); refuses to cut a node with running jobs."""
+    from corectl.commands.power import power as run_power
+    from corectl.commands.power import power_table
+
+    site = _site(inventory)
+    guard = contextlib.nullcontext() if action == "status" else _changing(site, wait)
+    with guard:
+        results = run_power(site, action, nodes, force=force, timeout=timeout, warn=_warn)
+    out.print(power_table(action, results))
+    failed = [r.node for r in results if not r.ok]
+    if failed:
+        raise CorectlError(f"power {action} failed on {', '.join(failed)}")
 
 
 @upgrade_app.command("drivers")
 def upgrade_drivers(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="nodes upgraded at a time")] = 1,
     timeout: Annotated[
         int, typer.Option("--timeout", min=60, help="seconds to wait for a node's running jobs to end")
     ] = 3600,
-    limit: Annotated[str | None, typer.Option("--limit", "-l", help="only these GPU nodes, e.g. dgx[01-04]")] = None,
+    limit: Annotated[
+        str | None, typer.Option("--limit", "-l", metavar="HOSTS", help="only these GPU nodes, e.g. dgx[01-04]")
+    ] = None,
     wait: WaitOpt = 0,
 ) -> None:
     """Rolling, drain-aware upgrade to group_vars' nvidia_driver_version: idle nodes first, no job killed."""
@@ -384,15 +517,22 @@ def upgrade_drivers(
 
 
 @app.command()
-def runs(inventory: InventoryOpt, last: Annotated[int, typer.Option(help="how many runs to list")] = 20) -> None:
+def runs(
+    inventory: InventoryOpt = None,
+    last: Annotated[int, typer.Option(help="how many runs to list")] = 20,
+    show: Annotated[
+        str | None, typer.Option("--show", help="what one run changed, per host and task: a run id, a prefix, or last")
+    ] = None,
+) -> None:
     """List past runs (when, command, result, hosts changed/failed) from the kept artifacts."""
-    from corectl.commands.history import runs_table
+    from corectl.commands.history import runs_table, show_run
 
-    out.print(runs_table(_site(inventory), last))
+    site = _site(inventory)
+    out.print(show_run(site, show) if show else runs_table(site, last))
 
 
 @secrets_app.command("init")
-def secrets_init(inventory: InventoryOpt, wait: WaitOpt = 0) -> None:
+def secrets_init(inventory: InventoryOpt = None, wait: WaitOpt = 0) -> None:
     """Generate every missing secret of the site (existing ones are kept), vault-encrypted."""
     from corectl import secrets
 
@@ -406,7 +546,7 @@ def secrets_init(inventory: InventoryOpt, wait: WaitOpt = 0) -> None:
 
 
 @secrets_app.command("check")
-def secrets_check(inventory: InventoryOpt) -> None:
+def secrets_check(inventory: InventoryOpt = None) -> None:
     """Check that every secret exists, decrypts and is no placeholder (values are never shown)."""
     from corectl import secrets
 
@@ -418,7 +558,7 @@ def secrets_check(inventory: InventoryOpt) -> None:
 @secrets_app.command("set-ceph-key")
 def secrets_set_ceph_key(
     client: Annotated[str, typer.Argument(help="cephx client id, without 'client.'")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     wait: WaitOpt = 0,
 ) -> None:
     """Store a CephFS client key read from standard input (ceph auth get-key client.ID | ...)."""
@@ -429,6 +569,24 @@ def secrets_set_ceph_key(
     with _changing(site, wait):
         secrets.set_ceph_key(site, client, key)
     out.print(f"{site.name}: key for client.{client} stored (vault-encrypted)")
+
+
+@secrets_app.command("set-bmc")
+def secrets_set_bmc(
+    user: Annotated[str, typer.Option("--user", help="the BMC user corectl logs in as")],
+    inventory: InventoryOpt = None,
+    wait: WaitOpt = 0,
+) -> None:
+    """Store the nodes' BMC user and password (read from standard input), vault-encrypted."""
+    from corectl import secrets
+
+    site = _site(inventory)
+    password = (
+        sys.stdin.readline().rstrip("\n") if not sys.stdin.isatty() else typer.prompt("BMC password", hide_input=True)
+    )
+    with _changing(site, wait):
+        secrets.set_bmc_credentials(site, user, password)
+    out.print(f"{site.name}: BMC credentials for {user} stored (vault-encrypted)")
 
 
 @lab_app.command("up")

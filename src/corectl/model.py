@@ -88,6 +88,30 @@ class Profile(Strict):
     scratch: AbsPath | None = Field(None, description="local scratch directory, e.g. /raid")
 
 
+BmcProtocol = Literal["redfish", "ipmi"]
+BMC_DEFAULT_PORTS = {("redfish", "https"): 443, ("redfish", "http"): 80, ("ipmi", "https"): 623, ("ipmi", "http"): 623}
+
+
+class Bmc(Strict):
+    """The node's baseboard management controller: out-of-band power (corectl power, corectl heal).
+
+    Its user name and password are the site's, stored in the vault (corectl secrets set-bmc).
+    """
+
+    # checked by hostlist.expand_addresses, like the node address
+    address: Annotated[str, StringConstraints(max_length=255)] = Field(
+        description="BMC IPv4 address, or first address of a range (10.0.9.11 or 10.0.9.[11-22])"
+    )
+    protocol: BmcProtocol = Field("redfish", description="redfish (DGX H100's BMC) or ipmi (IPMI over LAN)")
+    port: Port | None = Field(None, description="default: 443 for Redfish over HTTPS, 623 for IPMI")
+    scheme: Literal["https", "http"] = Field("https", description="Redfish only; http only for test stand-ins")
+    ca_file: KeyPath | None = Field(
+        None,
+        description="Redfish: CA bundle to verify the BMC's certificate (default: not verified, as BMCs "
+        "ship self-signed certificates); relative to the inventory directory",
+    )
+
+
 class NodeEntry(Strict):
     """One node, or a range of nodes such as ``dgx[01-12]`` with a start address."""
 
@@ -101,6 +125,7 @@ class NodeEntry(Strict):
     rack: Label | None = None
     leaf: Label | None = Field(None, description="leaf switch of the compute fabric")
     ssh: NodeSsh | None = None
+    bmc: Bmc | None = None
 
 
 class Switch(Strict):
@@ -181,6 +206,18 @@ class ClusterConfig(Strict):
     monitoring: Monitoring = Field(default_factory=Monitoring)
 
 
+class NodeBmc(BaseModel):
+    """One node's BMC endpoint after range expansion."""
+
+    model_config = ConfigDict(frozen=True)
+
+    address: str
+    protocol: BmcProtocol
+    port: int
+    scheme: str
+    ca_file: str | None
+
+
 class Node(BaseModel):
     """One concrete node after range expansion; ``source`` is its entry's index in ``nodes``."""
 
@@ -197,6 +234,7 @@ class Node(BaseModel):
     ssh_user: str
     jump_host: str | None
     source: int
+    bmc: NodeBmc | None = None
 
 
 class Cluster(BaseModel):

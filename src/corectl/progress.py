@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console, Group
@@ -11,22 +13,90 @@ from rich.table import Table
 from rich.text import Text
 
 from corectl.runner import RunResult, failure_detail, reported_change
+from corectl.words import counted
+
+FAILURES = ("failed", "unreachable")
+Expected = tuple[int, float]  # a past run like this one: tasks it started, seconds it took
+
+
+def outcome(event: dict[str, Any]) -> str | None:
+    """What a task result says of its host: ok, changed, skipped, failed, unreachable, or ignored
+    (a failure under ignore_errors); None for any other event (starts, loop items, plays)."""
+    kind = event.get("event")
+    if kind == "runner_on_ok":
+        return "changed" if reported_change(event) else "ok"
+    if kind == "runner_on_failed":
+        return "ignored" if (event.get("event_data") or {}).get("ignore_errors") else "failed"
+    return {"runner_on_skipped": "skipped", "runner_on_unreachable": "unreachable"}.get(str(kind))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f}s" if value < 120 else f"{value / 60:.0f}m"
+
+
+def overall(tasks: int, expected: Expected | None) -> str:
+    """Tasks started against the last successful run like this one, with the time that leaves
+    at that run's pace; '' when there is no such run."""
+    if expected is None:
+        return ""
+    total, elapsed = expected
+    if tasks >= total:
+        return f"task {tasks}/{total}"  # past the last run's count: no guess at the rest
+    return f"task {tasks}/{total}, ~{_seconds(elapsed * (total - tasks) / total)} left"
+
+
+@dataclass
+class PlayTally:
+    """One play's hosts as their task results come."""
+
+    name: str
+    started: float
+    hosts: set[str] = field(default_factory=set)
+    changed: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+
+    def add(self, host: str, result: str) -> None:
+        self.hosts.add(host)
+        if result == "changed":
+            self.changed.add(host)
+        elif result in FAILURES:
+            self.failed.add(host)
+
+    def line(self, now: float) -> str:
+        """e.g. "PLAY Slurm compute nodes: 3 hosts, 3 ok, 1 changed, 0 failed, 12s"."""
+        ok = len(self.hosts - self.failed)
+        counts = f"{counted(len(self.hosts), 'host')}, {ok} ok, {len(self.changed)} changed, {len(self.failed)} failed"
+        return f"PLAY {self.name}: {counts}, {_seconds(now - self.started)}"
 
 
 class LiveProgress:
-    """An ansible-runner event sink: current play/task, host counts, elapsed time, failures."""
+    """An ansible-runner event sink: current play/task, host counts, elapsed time, failures.
 
-    def __init__(self, console: Console, title: str) -> None:
+    A play is reported when it ends, in one line, and only if it ran on a host: Ansible starts
+    every play of the playbook, also those whose hosts pattern matches nothing in this run.
+    ``expected`` (history.expected_from_history) adds tasks started against that total and an
+    estimate of the time left.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        title: str,
+        expected: Expected | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console
         self.title = title
-        self.play = ""
+        self.expected = expected
+        self.clock = clock
+        self.play: PlayTally | None = None
         self.task = ""
         self.tasks = 0
-        self.hosts_ok: set[str] = set()
         self.hosts_changed: set[str] = set()
         self.hosts_failed: set[str] = set()
         self.hosts_seen: set[str] = set()
-        self.started = time.monotonic()
+        self.started = clock()
         self._live: Live | None = None
 
     def __enter__(self) -> LiveProgress:
@@ -36,11 +106,12 @@ class LiveProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._end_play()  # a canceled run sends no playbook_on_stats
         if self._live is not None:
             self._live.__exit__(None, None, None)
 
     def _render(self) -> Group:
-        elapsed = time.monotonic() - self.started
+        elapsed = self.clock() - self.started
         line = Text.assemble(
             (f"{self.title} ", "bold"),
             (f"{elapsed:5.0f}s ", "cyan"),
@@ -49,28 +120,48 @@ class LiveProgress:
             f"{len(self.hosts_changed)} ",
             ("failed ", "red"),
             f"{len(self.hosts_failed)}",
+            (f" {overall(self.tasks, self.expected)}".rstrip(), "cyan"),
         )
-        return Group(line, Text(f"  play: {self.play}", style="dim"), Text(f"  task {self.tasks}: {self.task}"))
+        play = f"{self.play.name} ({counted(len(self.play.hosts), 'host')} so far)" if self.play else ""
+        return Group(line, Text(f"  play: {play}", style="dim"), Text(f"  task {self.tasks}: {self.task}"))
+
+    def _end_play(self) -> None:
+        """The play's line, if it ran on any host."""
+        if self.play is not None and self.play.hosts:
+            note = "" if self._live is not None else overall(self.tasks, self.expected)
+            line = self.play.line(self.clock()) + (f"; {note}" if note else "")
+            self.console.print(line, highlight=False, soft_wrap=True)
+        self.play = None
+
+    def _host_event(self, event: dict[str, Any], host: str) -> None:
+        self.hosts_seen.add(host)
+        result = outcome(event)
+        if result is None:
+            return
+        if self.play is not None:
+            self.play.add(host, result)
+        if result == "changed":
+            self.hosts_changed.add(host)
+        elif result in FAILURES:
+            self.hosts_failed.add(host)
+            data = event.get("event_data") or {}
+            detail = failure_detail(data, unreachable=result == "unreachable")
+            self.console.print(Text.assemble(("FAILED", "red"), f" {host}: {data.get('task', '')}: {detail}"))
 
     def __call__(self, event: dict[str, Any]) -> None:
-        kind = event.get("event", "")
-        data = event.get("event_data", {})
+        kind = str(event.get("event", ""))
+        data = event.get("event_data") or {}
         host = data.get("host")
         if kind == "playbook_on_play_start":
-            self.play = data.get("name") or data.get("play", "")
-            if self._live is None:
-                self.console.print(f"PLAY {self.play}")
+            self._end_play()
+            self.play = PlayTally(data.get("name") or data.get("play", ""), self.clock())
+        elif kind == "playbook_on_stats":
+            self._end_play()
         elif kind == "playbook_on_task_start":
             self.task = data.get("task", "")
             self.tasks += 1
         elif kind.startswith("runner_on_") and host:
-            self.hosts_seen.add(host)
-            if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
-                self.hosts_failed.add(host)
-                detail = failure_detail(data, unreachable=kind == "runner_on_unreachable")
-                self.console.print(Text.assemble(("FAILED", "red"), f" {host}: {data.get('task', '')}: {detail}"))
-            elif kind == "runner_on_ok" and reported_change(event):
-                self.hosts_changed.add(host)
+            self._host_event(event, host)
         if self._live is not None:
             self._live.update(self._render())
 
@@ -92,8 +183,4 @@ def summary_table(result: RunResult) -> Group:
             str(stats.skipped),
             style=style,
         )
-    notes = []
-    for host in result.failed_hosts:
-        kind = "unreachable" if result.hosts[host].unreachable else "failed"
-        notes.append(Text(f"{kind} {host}: {result.messages.get(host, '')}".rstrip(": "), style="red"))
-    return Group(table, *notes)
+    return Group(table, *(Text(line, style="red") for line in result.failure_lines()))

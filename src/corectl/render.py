@@ -114,20 +114,35 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def cluster_vars(cluster: Cluster) -> dict[str, Any]:
-    """Site-wide facts from cluster.yml that roles read (through group_vars/ mappings)."""
+def site_vars(cluster: Cluster) -> dict[str, Any]:
+    """site.json: cluster.yml's site-wide settings that roles read, passed to every run as extra
+    vars (corectl.runner). In hosts.yml's all.vars, `ansible-inventory --list` would repeat them
+    under every host."""
     config = cluster.config
-    ssh = config.cluster.ssh
     data: dict[str, Any] = {
-        "ansible_user": ssh.user,
         "corectl_cluster": config.cluster.model_dump(exclude={"ssh"}),
-        "corectl_nodes": [
-            {"name": n.name, "address": n.address, "profile": n.profile, "roles": list(n.roles)} for n in cluster.nodes
-        ],
         "corectl_slurm": slurm_vars(cluster),
         "corectl_groups": [g.model_dump() for g in config.groups],
         "corectl_users": [u.model_dump() for u in config.users],
         "corectl_monitoring": config.monitoring.model_dump(),
+    }
+    if config.fabric is not None:
+        data["corectl_fabric"] = {"kind": config.fabric.kind, "rate_gbps": config.fabric.rate_gbps}
+    if config.cephfs is not None:
+        data["corectl_cephfs"] = config.cephfs.model_dump()
+    return data
+
+
+def cluster_vars(cluster: Cluster) -> dict[str, Any]:
+    """hosts.yml's all.vars: how Ansible logs in, and where the site's other rendered files are."""
+    config = cluster.config
+    ssh = config.cluster.ssh
+    data: dict[str, Any] = {
+        "ansible_user": ssh.user,
+        # not here, where every host would carry them (ansible-inventory --list repeats all.vars
+        # under each host): the site-wide settings (site.json, extra vars of every run) and the
+        # lists that grow with the cluster (nodes.json, switches.json, read where a role uses them)
+        "corectl_nodes_file": "{{ inventory_dir }}/nodes.json",
         # vault-encrypted files made by `corectl secrets init` (munge.key, secrets.yml)
         "corectl_secrets_dir": "{{ inventory_dir }}/secrets",
     }
@@ -137,24 +152,7 @@ def cluster_vars(cluster: Cluster) -> dict[str, Any]:
     if ssh.jump_host:
         data["ansible_ssh_common_args"] = f"-o ProxyJump={ssh.jump_host}"
     if config.fabric is not None:
-        leaves: dict[str, list[str]] = {}
-        for node in cluster.nodes:
-            if node.leaf:
-                leaves.setdefault(node.leaf, []).append(node.name)
-        data["corectl_fabric"] = {
-            "kind": config.fabric.kind,
-            "rate_gbps": config.fabric.rate_gbps,
-            "switches": [
-                {
-                    "name": s.name,
-                    "switches": list(s.switches),
-                    "nodes": hostlist.compress(leaves.get(s.name, [])) if not s.switches else "",
-                }
-                for s in config.fabric.switches
-            ],
-        }
-    if config.cephfs is not None:
-        data["corectl_cephfs"] = config.cephfs.model_dump()
+        data["corectl_switches_file"] = "{{ inventory_dir }}/switches.json"
     return data
 
 
@@ -191,15 +189,64 @@ def render_text(cluster: Cluster) -> str:
     return HEADER + json.dumps(inventory(cluster), indent=1, sort_keys=True) + "\n"
 
 
+def nodes_text(cluster: Cluster) -> str:
+    """nodes.json: every node's name, address, profile and roles (corectl_nodes in playbooks)."""
+    nodes = [
+        {"name": n.name, "address": n.address, "profile": n.profile, "roles": list(n.roles)} for n in cluster.nodes
+    ]
+    return _compact(nodes)
+
+
+def switches(cluster: Cluster) -> list[dict[str, Any]]:
+    """The fabric's switches as topology.conf wants them: a leaf's nodes as a host list."""
+    fabric = cluster.config.fabric
+    if fabric is None:
+        return []
+    leaves: dict[str, list[str]] = {}
+    for node in cluster.nodes:
+        if node.leaf:
+            leaves.setdefault(node.leaf, []).append(node.name)
+    return [
+        {
+            "name": s.name,
+            "switches": list(s.switches),
+            "nodes": hostlist.compress(leaves.get(s.name, [])) if not s.switches else "",
+        }
+        for s in fabric.switches
+    ]
+
+
+def _compact(data: object) -> str:
+    return json.dumps(data, indent=None, separators=(",", ":")) + "\n"
+
+
 def hosts_file(inventory_dir: Path) -> Path:
     return inventory_dir / "hosts.yml"
 
 
+def nodes_file(inventory_dir: Path) -> Path:
+    return inventory_dir / "nodes.json"
+
+
+def rendered(cluster: Cluster, inventory_dir: Path) -> dict[Path, str]:
+    """Every file render writes: hosts.yml, and the lists that grow with the cluster, which roles
+    read where they use them (in hosts.yml's all.vars every host would carry them)."""
+    return {
+        hosts_file(inventory_dir): render_text(cluster),
+        nodes_file(inventory_dir): nodes_text(cluster),
+        inventory_dir / "switches.json": _compact(switches(cluster)),
+        inventory_dir / "site.json": json.dumps(site_vars(cluster), indent=1, sort_keys=True) + "\n",
+    }
+
+
 def is_current(cluster: Cluster, inventory_dir: Path) -> bool:
-    path = hosts_file(inventory_dir)
-    return path.is_file() and path.read_text(encoding="utf-8") == render_text(cluster)
+    return all(
+        path.is_file() and path.read_text(encoding="utf-8") == text
+        for path, text in rendered(cluster, inventory_dir).items()
+    )
 
 
 def write(cluster: Cluster, inventory_dir: Path) -> bool:
-    """Write hosts.yml; return True when its content changed."""
-    return write_if_changed(hosts_file(inventory_dir), render_text(cluster))
+    """Write hosts.yml, nodes.json, switches.json and site.json; return True when any changed."""
+    changed = [write_if_changed(path, text) for path, text in rendered(cluster, inventory_dir).items()]
+    return any(changed)

@@ -69,10 +69,19 @@ class RunResult:
     elapsed: float
     # host -> what Ansible said when the host failed or could not be reached (first message)
     messages: dict[str, str] = field(default_factory=dict)
+    tasks: int = 0  # tasks the playbook started (playbook_on_task_start): a later run's expected total
 
     @property
     def failed_hosts(self) -> list[str]:
         return sorted(h for h, s in self.hosts.items() if s.failed or s.unreachable)
+
+    def failure_lines(self) -> list[str]:
+        """One line per failed or unreachable host, with what Ansible said."""
+        lines = []
+        for host in self.failed_hosts:
+            kind = "unreachable" if self.hosts[host].unreachable else "failed"
+            lines.append(f"{kind} {host}: {self.messages.get(host, '')}".rstrip(": "))
+        return lines
 
     def output_tail(self, lines: int = 5) -> list[str]:
         """The last lines Ansible printed (for runs that failed before any host ran)."""
@@ -81,6 +90,7 @@ class RunResult:
             path = self.artifact_dir / name
             if path.is_file():
                 text += path.read_text(encoding="utf-8", errors="replace")
+        text = _ANSI.sub("", text)  # Ansible colours its output even into files
         return [line for line in text.splitlines() if line.strip()][-lines:]
 
     @property
@@ -147,12 +157,46 @@ def control_path_dir(site: Site) -> Path:
     return Path.home() / ".ansible" / "cp" / f"corectl-{digest}"
 
 
+GUARD = """\
+#!{python}
+# corectl: ansible-playbook, guarded so that it never outlives this run's corectl (corectl.playbook_guard)
+import sys
+sys.path.insert(0, {package_root!r})
+from corectl.playbook_guard import main
+main({parent}, {real!r})
+"""
+
+
+def playbook_guard(private_dir: Path) -> Path:
+    """A directory whose `ansible-playbook` is corectl.playbook_guard in front of the real one.
+
+    Put first on PATH, it is what ansible-runner runs: Ansible and everything it started end
+    when this corectl process ends, however it ends (SIGKILL included).
+    """
+    directory = private_dir / "bin"
+    directory.mkdir(parents=True, exist_ok=True)
+    real = Path(sys.executable).parent / "ansible-playbook"
+    if not real.is_file():
+        real = Path(shutil.which("ansible-playbook") or real)
+    script = directory / "ansible-playbook"
+    package_root = str(Path(__file__).resolve().parents[1])
+    text = GUARD.format(python=sys.executable, package_root=package_root, parent=os.getpid(), real=str(real))
+    script.write_text(text, encoding="utf-8")
+    script.chmod(0o700)
+    return directory
+
+
 def runner_kwargs(
     request: RunRequest, private_dir: Path, ident: str, vault_password_file: Path | None = None
 ) -> dict[str, Any]:
     """Everything handed to ansible_runner.run, minus the callbacks (unit-tested)."""
     site = request.site
     cmdline = []
+    # cluster.yml's site-wide settings (corectl render's site.json): plain data, read once per run;
+    # neither in hosts.yml (ansible-inventory repeats all.vars under every host) nor a lookup
+    # (templated anew at every reference, 2-6 ms each)
+    if site.site_file.is_file():
+        cmdline += ["--extra-vars", f"@{site.site_file}"]
     secrets_file = site.directory / "secrets" / "secrets.yml"
     if vault_password_file is not None and secrets_file.is_file():
         cmdline += ["--extra-vars", f"@{secrets_file}"]
@@ -177,7 +221,7 @@ def runner_kwargs(
             "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site),
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir(site)),
             "ANSIBLE_FORCE_COLOR": "False",
-            "PATH": _path_with_ansible(),
+            "PATH": _path_with_ansible(playbook_guard(private_dir)),
             **accelerator_env(),
         },
     }
@@ -257,8 +301,11 @@ class _Tally:
     def __init__(self) -> None:
         self.hosts: dict[str, HostStats] = {}
         self.messages: dict[str, str] = {}
+        self.tasks = 0
 
     def __call__(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "playbook_on_task_start":
+            self.tasks += 1
         data = event.get("event_data") or {}
         host, kind = data.get("host"), self.KINDS.get(str(event.get("event")))
         if not host or kind is None:
@@ -415,7 +462,7 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
         if cancel.requested.is_set():
             status, rc = "canceled", cancel.exit_code
     hosts = collected or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
-    run = RunResult(status, rc, hosts, site.runs_dir / ident, time.monotonic() - started, tally.messages)
+    run = RunResult(status, rc, hosts, site.runs_dir / ident, time.monotonic() - started, tally.messages, tally.tasks)
     record(request, run, started_at)
     prune_runs(site.runs_dir)
     return run
@@ -450,15 +497,18 @@ def run_standalone(
             "artifact_dir": str(site.runs_dir),
             "ident": ident,
             "quiet": True,
-            "envvars": {"ANSIBLE_CONFIG": str(site.root / "ansible.cfg"), "PATH": _path_with_ansible()},
+            "envvars": {
+                "ANSIBLE_CONFIG": str(site.root / "ansible.cfg"),
+                "PATH": _path_with_ansible(playbook_guard(private_dir)),
+            },
         }
 
     return _execute(request, build, None)
 
 
-def _path_with_ansible() -> str:
-    """ansible-playbook comes with corectl's Python environment, on PATH or not."""
-    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+def _path_with_ansible(guard: Path) -> str:
+    """The guard's ansible-playbook first, then corectl's Python environment (on PATH or not)."""
+    return os.pathsep.join([str(guard), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
 def record(request: RunRequest, run: RunResult, started_at: str) -> None:
@@ -474,6 +524,7 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
         "elapsed_s": round(run.elapsed, 1),
         "status": run.status,
         "rc": run.rc,
+        "tasks": run.tasks,
         "hosts": {host: asdict(stats) for host, stats in sorted(run.hosts.items())},
         "messages": dict(sorted(run.messages.items())),
     }

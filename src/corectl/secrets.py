@@ -148,7 +148,36 @@ def set_ceph_key(site: Site, client: str, key: str) -> None:
     files = SecretFiles(site)
     values = read_values(site)
     values.setdefault(CEPH_KEYS, {})[client] = key
-    _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), vault_password(files))
+    password = vault_password(files, create=True)  # a new site may store its Ceph keys first
+    _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
+
+
+BMC_CREDENTIALS = "corectl_bmc_credentials"
+
+
+def set_bmc_credentials(site: Site, user: str, password: str) -> None:
+    """Store the user name and password corectl logs in to the nodes' BMCs with (one per site)."""
+    if not re.fullmatch(r"[A-Za-z0-9._@-]{1,64}", user):
+        raise CorectlError(f"BMC user '{user[:64]}': use letters, digits and . _ @ - (at most 64)", exit_code=2)
+    if not password or "\n" in password:
+        raise CorectlError("the BMC password is empty or has a line break", exit_code=2)
+    files = SecretFiles(site)
+    values = read_values(site)
+    values[BMC_CREDENTIALS] = {"user": user, "password": password}
+    password_bytes = vault_password(files, create=True)
+    _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password_bytes)
+
+
+def bmc_credentials(site: Site) -> tuple[str, str]:
+    """(user, password) for the nodes' BMCs, from the vault."""
+    stored = read_values(site).get(BMC_CREDENTIALS) or {}
+    user, password = str(stored.get("user", "")), str(stored.get("password", ""))
+    if not user or not password:
+        raise CorectlError(
+            f"no BMC credentials for site {site.name}; store them with: "
+            f"corectl secrets set-bmc --user USER --inventory {site.name} (the password on standard input)"
+        )
+    return user, password
 
 
 def check(site: Site) -> None:

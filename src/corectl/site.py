@@ -63,6 +63,16 @@ class Site:
         return self.directory / ".health.json"
 
     @property
+    def history_db(self) -> Path:
+        """Every health verdict and remediation action per node (corectl.failures)."""
+        return self.directory / ".history.sqlite"
+
+    @property
+    def site_file(self) -> Path:
+        """cluster.yml's site-wide settings as Ansible variables (written by corectl render)."""
+        return self.directory / "site.json"
+
+    @property
     def known_hosts(self) -> Path:
         return self.directory / "known_hosts"
 
@@ -71,9 +81,37 @@ class Site:
         return self.directory / ".lab"
 
 
-def resolve_site(inventory: str, root: Path | None = None) -> Site:
-    """``--inventory core`` means <root>/inventories/core; a path (with '/') is taken as given."""
+LAB = "lab"
+
+
+def default_site_name(root: Path, environ: dict[str, str] | None = None) -> str:
+    """The site a command without --inventory works on: CORECTL_INVENTORY, else the only site
+    (a directory with cluster.yml) under inventories/ besides the lab."""
+    environ = os.environ if environ is None else environ
+    named = environ.get("CORECTL_INVENTORY", "").strip()
+    if named:
+        return named
+    base = root / "inventories"
+    sites = (
+        sorted(p.name for p in base.iterdir() if p.name != LAB and (p / "cluster.yml").is_file())
+        if base.is_dir()
+        else []
+    )
+    if len(sites) == 1:
+        return sites[0]
+    seen = f"sites under {base}: {', '.join(sites)}" if sites else f"no site under {base} besides the lab"
+    raise CorectlError(
+        f"which site? {seen}; name one with --inventory NAME or CORECTL_INVENTORY=NAME (corectl init NAME starts one)",
+        exit_code=2,
+    )
+
+
+def resolve_site(inventory: str | None, root: Path | None = None) -> Site:
+    """``--inventory prod`` means <root>/inventories/prod; a path (with '/') is taken as given;
+    none means the default site (default_site_name)."""
     base = root or project_root()
+    if inventory is None:
+        inventory = default_site_name(base)
     if "/" in inventory or inventory in (".", ".."):
         directory = Path(inventory).expanduser().resolve()
     else:

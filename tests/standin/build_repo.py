@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Build the stand-in NVIDIA/enroot/pyxis artefacts and a signed flat apt repository for the test lab.
 
-    python3 tests/standin/build_repo.py OUTDIR
+    python3 tests/standin/build_repo.py OUTDIR --image IMAGE
 
 Idempotent: when OUTDIR/.recipe-hash matches the hash of every file under tests/standin, nothing is done.
 Prints OUTDIR. Everything below OUTDIR is addressed by relative paths, so OUTDIR can be served as is
-(python3 -m http.server). Needs dpkg-deb and gpg.
+(python3 -m http.server). Needs dpkg-deb, gpg and Docker (enroot is built from its upstream source
+in a container of IMAGE; see upstream/enroot-deb.sh).
 
 Layout of OUTDIR:
   apt/                      flat repo: *.deb, Packages, Packages.gz, Release, InRelease, Release.gpg
   keys/corectl-standin.asc  ASCII-armoured public signing key
-  enroot/v3.5.0/            enroot_3.5.0-1_amd64.deb, enroot+caps_3.5.0-1_amd64.deb (not in the apt index)
+  enroot/v4.1.2/            enroot_4.1.2-1_amd64.deb, enroot+caps_4.1.2-1_amd64.deb, built from the
+                            upstream source (not in the apt index, like GitHub's release assets)
   dcgm-exporter/4.2.3-4.1.3/dcgm-exporter_4.2.3-4.1.3_linux_amd64.tar.gz (+ .sha256)
-  pyxis/archive/refs/tags/v0.20.0.tar.gz (+ .sha256)
+  pyxis/archive/refs/tags/v0.24.0.tar.gz (+ .sha256): the pristine upstream release archive
   index.json                what was built
   ../.<OUTDIR>.gnupg/       signing key beside OUTDIR, not served (generated once, kept)
 """
@@ -20,6 +22,7 @@ Layout of OUTDIR:
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gzip
 import hashlib
 import io
@@ -44,9 +47,17 @@ DRIVER_VERSIONS = ("550.163.01", "580.82.07", "580.95.05", "580.105.08")
 # Fabric Manager / NSCQ package suffix per driver version; 580.82.07 deliberately has none.
 FM_SUFFIX = {"550.163.01": "-550", "580.95.05": "", "580.105.08": ""}
 DCGM_VERSIONS = ("4.2.3", "4.1.1")
-ENROOT_VERSION = "3.5.0"
 EXPORTER_VERSION = "4.2.3-4.1.3"
-PYXIS_VERSION = (HERE / "pyxis" / "VERSION").read_text().strip()
+CONTAINER_CLI_VERSION = "1.17.8"
+# enroot and pyxis are the real thing, built from pristine upstream release sources (the archives
+# GitHub serves for the tags; see upstream_dir()), verified by these sha256.
+ENROOT_VERSION = "4.1.2"
+PYXIS_VERSION = "0.24.0"
+UPSTREAM = {
+    "enroot": (f"enroot-{ENROOT_VERSION}.tar.gz", "817e8d551135e6f3fc311d1ee57b03fb4d30325acba732f8dea43069ca11f8d3"),
+    "pyxis": (f"pyxis-{PYXIS_VERSION}.tar.gz", "063653ba39125ac29796cc6079701d1ec34dd4c5baf698efacc0f36bf3619681"),
+}
+UPSTREAM_CACHE = HERE.parents[1] / "build" / "upstream"
 OUTPUTS = ("apt", "keys", "enroot", "dcgm-exporter", "pyxis", "index.json", ".recipe-hash")
 
 
@@ -238,30 +249,80 @@ def dcgm_packages(version: str) -> list[Package]:
     return [core, cuda]
 
 
-def enroot_packages() -> list[Package]:
-    full = f"{ENROOT_VERSION}-1"
-    enroot = Package("enroot", full, "unprivileged container runtime", depends=["python3"], in_apt=False)
-    enroot.add("/usr/bin/enroot", with_version("enroot/enroot.py", ENROOT_VERSION), 0o755)
-    enroot.add_source("/etc/enroot/enroot.conf", "enroot/enroot.conf")
-    for hook in ("10-cgroups.sh", "98-nvidia.sh"):
-        enroot.add_source(f"/etc/enroot/hooks.d/{hook}", f"enroot/hooks.d/{hook}", 0o755)
-    for hook in ("50-slurm-pmi.sh", "50-slurm-pytorch.sh"):
-        enroot.add_source(f"/usr/share/enroot/hooks.d/{hook}", f"enroot/optional-hooks/{hook}", 0o755)
-    enroot.dirs += ["/etc/enroot/environ.d", "/etc/enroot/mounts.d"]
-    caps = Package("enroot+caps", full, "enroot with file capabilities", depends=[f"enroot (= {full})"], in_apt=False)
-    caps.add("/usr/share/doc/enroot+caps/README.standin", "enroot+caps stand-in: no capabilities are set\n")
-    return [enroot, caps]
+def container_cli_package() -> Package:
+    """NVIDIA's container CLI (libnvidia-container), which enroot's 98-nvidia.sh hook calls."""
+    pkg = Package(
+        "libnvidia-container-tools",
+        f"{CONTAINER_CLI_VERSION}-1",
+        "NVIDIA container runtime library (command-line tools)",
+        depends=["python3"],
+    )
+    pkg.add_source("/usr/bin/nvidia-container-cli", "container-cli/nvidia_container_cli.py", 0o755)
+    return pkg
 
 
 def all_packages() -> list[Package]:
-    packages = [gpu_sim_package()]
+    packages = [gpu_sim_package(), container_cli_package()]
     for version in DRIVER_VERSIONS:
         packages.append(driver_package(version))
         if version in FM_SUFFIX:
             packages += fabricmanager_packages(version)
     for version in DCGM_VERSIONS:
         packages += dcgm_packages(version)
-    return packages + enroot_packages()
+    return packages
+
+
+# --------------------------------------------------------------------------- upstream builds
+
+
+def upstream_dir() -> Path:
+    """Where the pristine upstream archives are: $CORECTL_UPSTREAM_SOURCES, else the workplace's
+    shared/upstream beside the checkout (../shared/upstream), else /work/shared/upstream."""
+    candidates = [Path(os.environ["CORECTL_UPSTREAM_SOURCES"])] if os.environ.get("CORECTL_UPSTREAM_SOURCES") else []
+    candidates += [HERE.parents[2] / "shared" / "upstream", Path("/work/shared/upstream")]
+    for candidate in candidates:
+        if (candidate / UPSTREAM["enroot"][0]).is_file():
+            return candidate
+    raise SystemExit(
+        f"build_repo: no upstream sources ({UPSTREAM['enroot'][0]}) in {', '.join(map(str, candidates))};"
+        " set CORECTL_UPSTREAM_SOURCES"
+    )
+
+
+def upstream_archive(name: str) -> Path:
+    filename, expected = UPSTREAM[name]
+    path = upstream_dir() / filename
+    if sha256_file(path) != expected:
+        raise SystemExit(f"build_repo: {path}: sha256 is not the release's {expected}")
+    return path
+
+
+def enroot_debs(image: str) -> list[Path]:
+    """enroot's release .debs built from the upstream archive in a container of ``image``: once per
+    archive and recipe, kept in build/upstream/ (shared by every repository built here, locked
+    against a concurrent build)."""
+    archive = upstream_archive("enroot")
+    script = HERE / "upstream" / "enroot-deb.sh"
+    key = hashlib.sha256(archive.read_bytes() + script.read_bytes()).hexdigest()[:12]
+    cache = UPSTREAM_CACHE / f"enroot-{ENROOT_VERSION}-{key}"
+    names = [f"{name}_{ENROOT_VERSION}-1_amd64.deb" for name in ("enroot", "enroot+caps")]
+    UPSTREAM_CACHE.mkdir(parents=True, exist_ok=True)
+    with (UPSTREAM_CACHE / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((cache / name).is_file() for name in names):
+            partial = cache.with_name(cache.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            run(
+                "docker", "run", "--rm",
+                f"--volume={archive}:/src/{archive.name}:ro",
+                f"--volume={script}:/src/enroot-deb.sh:ro",
+                f"--volume={partial}:/out",
+                image, "bash", "/src/enroot-deb.sh", f"/src/{archive.name}", "/out",
+            )  # fmt: skip
+            shutil.rmtree(cache, ignore_errors=True)
+            partial.rename(cache)
+    return [cache / name for name in names]
 
 
 # --------------------------------------------------------------------------- building
@@ -386,7 +447,7 @@ def write_tarball(target: Path, top: str, members: list[tuple[str, bytes, int]])
     return digest
 
 
-def build(outdir: Path) -> dict:
+def build(outdir: Path, image: str) -> dict:
     for name in OUTPUTS:
         path = outdir / name
         if path.is_dir():
@@ -399,8 +460,7 @@ def build(outdir: Path) -> dict:
 
     stanzas = []
     for pkg in all_packages():
-        target = apt if pkg.in_apt else outdir / "enroot" / f"v{ENROOT_VERSION}"
-        deb = build_deb(pkg, target)
+        deb = build_deb(pkg, apt)
         if pkg.in_apt:
             stanzas.append(packages_index(pkg, deb))
         index["packages"].append(
@@ -411,6 +471,21 @@ def build(outdir: Path) -> dict:
                 "path": str(deb.relative_to(outdir)),
                 "sha256": sha256_file(deb),
                 "in_apt": pkg.in_apt,
+            }
+        )
+    releases = outdir / "enroot" / f"v{ENROOT_VERSION}"  # GitHub's release layout, not in the apt index
+    releases.mkdir(parents=True)
+    for built in enroot_debs(image):
+        deb = Path(shutil.copy2(built, releases / built.name))
+        name = deb.name.split("_")[0]
+        index["packages"].append(
+            {
+                "name": name,
+                "version": f"{ENROOT_VERSION}-1",
+                "architecture": "amd64",
+                "path": str(deb.relative_to(outdir)),
+                "sha256": sha256_file(deb),
+                "in_apt": False,
             }
         )
     packages = "\n".join(stanzas)
@@ -453,10 +528,10 @@ def build(outdir: Path) -> dict:
     )
 
     target = outdir / "pyxis" / "archive" / "refs" / "tags" / f"v{PYXIS_VERSION}.tar.gz"
-    members = [
-        (name, (HERE / "pyxis" / name).read_bytes(), 0o644) for name in ("Makefile", "README.md", "VERSION", "pyxis.c")
-    ]
-    digest = write_tarball(target, f"pyxis-{PYXIS_VERSION}", members)
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(upstream_archive("pyxis"), target)  # the release archive as GitHub serves it
+    digest = sha256_file(target)
+    (target.parent / (target.name + ".sha256")).write_text(f"{digest}  {target.name}\n")
     index["archives"].append(
         {"name": "pyxis", "version": PYXIS_VERSION, "path": str(target.relative_to(outdir)), "sha256": digest}
     )
@@ -482,6 +557,7 @@ def build(outdir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the stand-in apt repository and release artefacts.")
     parser.add_argument("outdir", type=Path)
+    parser.add_argument("--image", required=True, help="the Debian 12 image enroot is built in (the node image)")
     args = parser.parse_args(argv)
     outdir = args.outdir.resolve()
     outdir.mkdir(parents=True, exist_ok=True)
@@ -492,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             if shutil.which(tool) is None:
                 print(f"build_repo: {tool} is required", file=sys.stderr)
                 return 1
-        build(outdir)
+        build(outdir, args.image)
     print(outdir)
     return 0
 

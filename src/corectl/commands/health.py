@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,12 +15,14 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from corectl import failures
 from corectl.commands.inventory import render_site
 from corectl.errors import CorectlError
 from corectl.files import write_if_changed
 from corectl.progress import LiveProgress, summary_table
 from corectl.runner import RunRequest, RunResult, run_playbook
 from corectl.site import Site
+from corectl.words import counted
 
 # The checker's order (roles/node_health/files/corectl-health-check): most specific first.
 CHECK_ORDER = (
@@ -43,6 +46,8 @@ CHECK_ORDER = (
     "dcgm-diag",
 )
 STATUSES = ("pass", "fail", "skip")
+FAILED_VERDICT = "FAIL"  # how last_verdicts() starts a failed node's verdict
+MESSAGE_LIMIT = 160  # characters of a check's message in the default output (--json and --wide: all)
 
 Report = dict[str, Any]  # {"node", "ok", "checks": [{"name", "status", "message"}]}
 
@@ -143,12 +148,16 @@ def health_json(reports: dict[str, Report]) -> dict[str, Any]:
     return {"nodes": reports, "ok": bool(reports) and all(r["ok"] for r in reports.values())}
 
 
+def summary_line(reports: dict[str, Report]) -> str:
+    """How many nodes were checked, passed and failed."""
+    failed = sum(1 for r in reports.values() if not r["ok"])
+    return f"health: {counted(len(reports), 'node')} checked, {len(reports) - failed:,} passed, {failed:,} failed"
+
+
 def health_table(reports: dict[str, Report]) -> tuple[Table, list[str]]:
     """The node x check table (failures red, numbered) and the footnotes with their messages."""
     columns, skipped = check_columns(reports)
-    failed = sum(1 for r in reports.values() if not r["ok"])
-    title = f"health: {len(reports) - failed} of {len(reports)} nodes healthy"
-    table = Table(title=title, title_justify="left", padding=(0, 1))
+    table = Table(title=summary_line(reports), title_justify="left", padding=(0, 1))
     table.add_column("node", no_wrap=True)
     for name in columns:
         table.add_column(name, justify="center", no_wrap=True)
@@ -173,10 +182,52 @@ def health_table(reports: dict[str, Report]) -> tuple[Table, list[str]]:
     return table, notes
 
 
-def render_report(reports: dict[str, Report]) -> Group:
+def shorten(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    return message if len(message) <= limit else message[: limit - 1].rstrip() + "…"
+
+
+def failed_checks(report: Report) -> Text:
+    """``xid: Xid 79 on GPU 3; ecc: ...``: each failing check with its (shortened) message."""
+    text = Text()
+    for check in (c for c in report["checks"] if c["status"] == "fail"):
+        if text:
+            text.append("; ")
+        text.append(f"{check['name']}:", style="bold")
+        if check["message"]:
+            text.append(f" {shorten(check['message'])}")
+    return text
+
+
+def failures_grid(reports: dict[str, Report]) -> Table:
+    """One row per failing node: its name (never cut) and its failing checks (wrapped beside it)."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for node, report in reports.items():
+        if not report["ok"]:
+            grid.add_row(Text(node, style="bold red"), failed_checks(report))
+    return grid
+
+
+def render_summary(reports: dict[str, Report]) -> Group:
+    """The summary line, then only the failing nodes: short at 80 columns and at 1,000 nodes."""
+    all_ok = all(r["ok"] for r in reports.values())
+    summary = Text(summary_line(reports), style="bold" if all_ok else "bold red")
+    _, skipped = check_columns(reports)
+    if skipped:
+        summary.append(f" (skipped: {', '.join(skipped)})", style="dim")
+    return Group(summary) if all_ok else Group(summary, failures_grid(reports))
+
+
+def render_matrix(reports: dict[str, Report]) -> Group:
     table, notes = health_table(reports)
     lines = [Text(note, style="red" if note.startswith("[") else "dim") for note in notes]
     return Group(table, *lines)
+
+
+def render_report(reports: dict[str, Report], wide: bool = False) -> Group:
+    """The summary with the failing nodes, or with ``wide`` the full node x check matrix."""
+    return render_matrix(reports) if wide else render_summary(reports)
 
 
 # --------------------------------------------------------------------------- the command
@@ -233,17 +284,29 @@ def health(
         raise CorectlError(f"health: no node reported ({run.status}): {detail}", exit_code=2 if run.ok else 1)
     if not run.ok and not run.failed_hosts:
         console.print(summary_table(run))
-    remember(site, reports)
+    remember(site, reports, run_id=run.artifact_dir.name)
     return HealthResult(reports, run)
 
 
-def remember(site: Site, reports: dict[str, Report]) -> None:
-    """Keep each node's latest verdict for `corectl status` (nodes not checked now keep theirs)."""
+def warn_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def remember(
+    site: Site, reports: dict[str, Report], run_id: str | None = None, warn: Callable[[str], None] = warn_stderr
+) -> None:
+    """Keep each node's latest verdict for `corectl status` (nodes not checked now keep theirs) and
+    append every verdict to the site's failure history (a history that cannot be written: ``warn``)."""
+    now = datetime.now(UTC)
+    try:
+        failures.record_verdicts(site, reports, now, run_id)
+    except failures.HistoryUnavailable as exc:
+        warn(f"warning: failure history not recorded: {exc}")
     try:
         known = json.loads(site.health_file.read_text())
     except (OSError, ValueError):
         known = {}
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    stamp = now.strftime("%Y-%m-%d %H:%M:%SZ")
     for node, report in reports.items():
         failed = [c["name"] for c in report["checks"] if c.get("status") == "fail"]
         known[node] = {"at": stamp, "ok": report["ok"], "failed": failed}
@@ -257,6 +320,11 @@ def last_verdicts(site: Site) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {
-        node: (f"ok {v['at']}" if v.get("ok") else f"FAIL {','.join(v.get('failed', []))} {v['at']}")
+        node: (f"ok {v['at']}" if v.get("ok") else f"{FAILED_VERDICT} {','.join(v.get('failed', []))} {v['at']}")
         for node, v in known.items()
     }
+
+
+def verdict_failed(verdict: str | None) -> bool:
+    """Whether a verdict from last_verdicts() is a failure (None: never checked)."""
+    return verdict is not None and verdict.startswith(FAILED_VERDICT)

@@ -1,28 +1,64 @@
-"""runs: the site's past runs, read from the corectl.json each run leaves in .runs/."""
+"""runs: the site's past runs, read from what each run leaves in .runs/ (corectl.json, job_events/)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
+from corectl import hostlist
+from corectl.errors import CorectlError
+from corectl.progress import FAILURES, Expected, outcome
+from corectl.runner import failure_detail
 from corectl.site import Site
+
+UNLISTED = ("ok", "skipped", "ignored")  # what `runs --show` counts for a host instead of listing
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None for one that is missing or cut short (a run killed while writing)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def load_runs(site: Site) -> list[dict[str, Any]]:
     records = []
     for path in sorted(site.runs_dir.glob("*/corectl.json")):
-        try:
-            records.append({**json.loads(path.read_text(encoding="utf-8")), "id": path.parent.name})
-        except (OSError, json.JSONDecodeError):
-            continue  # a run killed while writing its record
+        record = _read_json(path)
+        if record is not None:
+            records.append({**record, "id": path.parent.name})
     return sorted(records, key=lambda r: (r.get("started", ""), r["id"]))
+
+
+def expected_from_history(
+    site: Site, command: str, playbook: str, *, tags: str | None = None, check: bool = False
+) -> Expected | None:
+    """(tasks, seconds) of the newest successful run of the same command and playbook (and the
+    same --tags and --check, which change what runs): LiveProgress's expected total."""
+    for record in reversed(load_runs(site)):
+        same = (record.get("command"), record.get("playbook"), record.get("tags"), bool(record.get("check")))
+        if same == (command, playbook, tags, check) and record.get("status") == "successful" and record.get("tasks"):
+            return int(record["tasks"]), float(record.get("elapsed_s") or 0.0)
+    return None
 
 
 def _hosts(record: dict[str, Any], key: str) -> list[str]:
     return sorted(h for h, s in record.get("hosts", {}).items() if s.get(key))
+
+
+def _options(record: dict[str, Any]) -> str:
+    """The run's options as given on the command line: --limit, --tags, --check."""
+    options = [f"--{key} {record[key]}" for key in ("limit", "tags") if record.get(key)]
+    return " ".join([*options, *(["--check"] if record.get("check") else [])])
 
 
 def runs_table(site: Site, last: int) -> Table:
@@ -31,13 +67,10 @@ def runs_table(site: Site, last: int) -> Table:
         table.add_column(column)
     for record in load_runs(site)[-last:]:
         failed = sorted(set(_hosts(record, "failed")) | set(_hosts(record, "unreachable")))
-        options = " ".join(f"--{key} {record[key]}" for key in ("limit", "tags") if record.get(key)) + (
-            " --check" if record.get("check") else ""
-        )
         changed = _hosts(record, "changed")
         table.add_row(
             str(record.get("started", "?")).replace("T", " ")[:19],
-            f"{record.get('command', '?')} {options}".strip(),
+            f"{record.get('command', '?')} {_options(record)}".strip(),
             record.get("status", "?"),
             str(record.get("elapsed_s", "")),
             f"{len(changed)}: {', '.join(changed)}" if changed else "0",
@@ -45,3 +78,118 @@ def runs_table(site: Site, last: int) -> Table:
             style="red" if failed or record.get("status") != "successful" else "",
         )
     return table
+
+
+# --------------------------------------------------------------------------- runs --show ID
+
+
+def run_ids(site: Site) -> list[str]:
+    """The kept runs, finished or not, oldest first (a run's id starts with its UTC start time)."""
+    if not site.runs_dir.is_dir():
+        return []
+    runs = (p for p in site.runs_dir.iterdir() if (p / "corectl.json").is_file() or (p / "job_events").is_dir())
+    return sorted(p.name for p in runs)
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """How many leading characters two ids share (run ids are timestamps: the nearest in time)."""
+    return next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def resolve_run(site: Site, run_id: str) -> str:
+    """A run's full id from ``run_id``: the id itself, a prefix of exactly one id, or `last`."""
+    ids = run_ids(site)
+    if not ids:
+        raise CorectlError(f"no runs kept in {site.runs_dir}", exit_code=2)
+    if run_id == "last":
+        return ids[-1]
+    if run_id in ids:
+        return run_id
+    matches = [i for i in ids if i.startswith(run_id)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+        raise CorectlError(f"run {run_id!r} is ambiguous: {', '.join(matches[-5:])}{more}", exit_code=2)
+    near = sorted(ids, key=lambda i: (_shared_prefix(i, run_id), i))[-3:]
+    raise CorectlError(f"no run {run_id!r} in {site.runs_dir}; nearest: {', '.join(reversed(near))}", exit_code=2)
+
+
+def load_events(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's Ansible events in order; the *-partial.json files are incomplete copies of others."""
+    paths = (p for p in (run_dir / "job_events").glob("*.json") if not p.name.endswith("-partial.json"))
+    events = [event for event in map(_read_json, paths) if event is not None]
+    return sorted(events, key=lambda e: int(e.get("counter") or 0))
+
+
+@dataclass
+class HostReport:
+    """What one host's task results were: changes and failures listed, the rest counted."""
+
+    listed: list[tuple[str, str]] = field(default_factory=list)  # (changed|failed|unreachable, what)
+    unlisted: Counter[str] = field(default_factory=Counter)
+
+
+def host_reports(events: list[dict[str, Any]]) -> dict[str, HostReport]:
+    reports: dict[str, HostReport] = {}
+    for event in events:
+        result, data = outcome(event), event.get("event_data") or {}
+        if result is None or not data.get("host"):
+            continue
+        report = reports.setdefault(str(data["host"]), HostReport())
+        task = f"{data.get('play', '')} / {data.get('task', '')}"
+        if result == "changed":
+            report.listed.append((result, task))
+        elif result in FAILURES:
+            report.listed.append((result, f"{task}: {failure_detail(data, unreachable=result == 'unreachable')}"))
+        else:
+            report.unlisted[result] += 1
+    return reports
+
+
+def _counted(counts: Counter[str]) -> str:
+    return ", ".join(f"{counts[kind]} {kind}" for kind in UNLISTED if counts[kind]) or "no task results"
+
+
+def _header(run_id: str, record: dict[str, Any] | None) -> Text:
+    if record is None:
+        return Text(f"run {run_id}: no corectl.json (still running, or killed)", style="bold")
+    command = f"{record.get('command', '?')} {_options(record)}".strip()
+    started = str(record.get("started", "?")).replace("T", " ")[:19]
+    status = record.get("status", "?")
+    return Text.assemble(
+        (f"run {run_id}: ", "bold"),
+        f"{command} ({record.get('playbook', '?')}), ",
+        (str(status), "" if status == "successful" else "red"),
+        f", {record.get('elapsed_s', '?')}s, started {started}",
+    )
+
+
+def _host_lines(host: str, report: HostReport) -> list[Text]:
+    styles = {"changed": "yellow", "failed": "red", "unreachable": "red"}
+    lines = [Text(host, style="bold")]
+    lines += [Text(f"  {kind}: {what}", style=styles[kind]) for kind, what in report.listed]
+    lines.append(Text(f"  not listed: {_counted(report.unlisted)}", style="dim"))
+    return lines
+
+
+def show_run(site: Site, run_id: str) -> Group:
+    """What a kept run did, per host: the tasks that changed something or failed, the rest counted.
+
+    ``run_id``: a run's id, a prefix of exactly one, or `last`; raises CorectlError otherwise.
+    """
+    ident = resolve_run(site, run_id)
+    run_dir = site.runs_dir / ident
+    reports = host_reports(load_events(run_dir))
+    lines = [_header(ident, _read_json(run_dir / "corectl.json"))]
+    if not reports:
+        return Group(*lines, Text(f"no task ran on any host (Ansible's output: {run_dir / 'stdout'})"))
+    quiet = sorted(host for host, report in reports.items() if not report.listed)
+    quiet_counts = sum((reports[host].unlisted for host in quiet), Counter[str]())
+    if len(quiet) == len(reports):
+        return Group(*lines, Text(f"no changes on {len(quiet)} hosts ({_counted(quiet_counts)})"))
+    for host in sorted(set(reports) - set(quiet)):
+        lines += _host_lines(host, reports[host])
+    if quiet:
+        lines.append(Text(f"no changes on {hostlist.compress(quiet)}: {_counted(quiet_counts)}", style="dim"))
+    return Group(*lines)

@@ -25,6 +25,7 @@ from corectl import edit, hostlist, secrets
 from corectl.bootstrap import Login
 from corectl.commands.bootstrap import bootstrap
 from corectl.commands.health import health
+from corectl.commands.history import expected_from_history
 from corectl.commands.inventory import render_site, validate
 from corectl.commands.nodes import set_state
 from corectl.errors import CorectlError
@@ -39,7 +40,9 @@ ADD_REASON = "corectl add-node: not yet checked"
 def _step(site: Site, console: Console, title: str, **request: Any) -> RunResult:
     console.print(f"[bold]{title}[/bold]")
     run = RunRequest(site=site, **request)
-    with LiveProgress(console, title) as progress:
+    with LiveProgress(
+        console, title, expected_from_history(site, run.command, run.playbook, tags=run.tags)
+    ) as progress:
         result = run_playbook(run, sink=progress)
     console.print(summary_table(result))
     if not result.ok:

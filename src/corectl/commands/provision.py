@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from corectl import secrets
+from corectl.commands.history import expected_from_history
 from corectl.commands.inventory import render_site
 from corectl.progress import LiveProgress, summary_table
 from corectl.runner import EventSink, RunRequest, RunResult, reported_change, run_playbook
@@ -29,7 +30,8 @@ def provision(
     render_site(site, check_only=False)
     secrets.check(site)  # a missing or placeholder secret stops the run before any node is touched
     request = RunRequest(site=site, playbook=playbook, command=command, limit=limit, tags=tags, check=check, diff=diff)
-    with LiveProgress(console, f"{command} {site.name}") as progress:
+    expected = expected_from_history(site, command, playbook, tags=tags, check=check)
+    with LiveProgress(console, f"{command} {site.name}", expected) as progress:
 
         def sink(event: dict[str, Any]) -> None:
             progress(event)

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from corectl import hostlist
+from corectl.commands.failures import rule
+from corectl.commands.health import verdict_failed
 from corectl.errors import CorectlError
+from corectl.failures import Offenders
 from corectl.runner import RunRequest, run_playbook
 from corectl.site import Site
+from corectl.words import counted
+
+QUIET_STATE = "idle"  # sinfo %t: "idle*" (not responding) and "idle~" (powered off) are not quiet
+BAD_STATES = ("drain", "drng", "down", "fail")
 
 
 @dataclass
@@ -49,25 +60,82 @@ def read_slurm_status(site: Site, console: Console | None = None) -> SlurmStatus
         )
         result = run_playbook(request)
         if not result.ok or not out.is_file():
-            raise CorectlError(
-                f"could not read the Slurm state from the controller ({result.status}); see {result.artifact_dir}"
-            )
+            why = "; ".join(result.failure_lines()) or result.status
+            raise CorectlError(f"could not read the Slurm state from the controller ({why}); see {result.artifact_dir}")
         return parse_status(json.loads(out.read_text()))
 
 
-def status_table(status: SlurmStatus, health: dict[str, str] | None = None) -> Table:
-    table = Table(title="nodes")
-    for column in ("node", "slurm state", "reason", "jobs", "last health check"):
-        table.add_column(column)
-    for node in sorted(status.states):
+def _reason(reason: str) -> str:
+    return "" if reason == "none" else reason
+
+
+def is_quiet(status: SlurmStatus, node: str, health: dict[str, str], busy: set[str]) -> bool:
+    """Idle, no reason, no job, and its last health check passed (or it was never checked)."""
+    state, reason = status.states[node]
+    return state == QUIET_STATE and not _reason(reason) and node not in busy and not verdict_failed(health.get(node))
+
+
+def status_summary(status: SlurmStatus, health: dict[str, str]) -> Text:
+    """``1,000 nodes: 995 idle, 3 drain, 2 down; health failed on 3``."""
+    counts = Counter(state for state, _ in status.states.values())
+    by_count = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    text = Text(f"{counted(len(status.states), 'node')}: " + ", ".join(f"{n:,} {state}" for state, n in by_count))
+    failing = sum(1 for node in status.states if verdict_failed(health.get(node)))
+    if failing:
+        text.append(f"; health failed on {failing:,}", style="red")
+    return text
+
+
+def quiet_line(names: list[str]) -> Text:
+    """The quiet nodes as one Slurm host list; it wraps to a line of its own rather than being cut."""
+    return Text.assemble(("idle and healthy", "green"), f" ({len(names):,}): ", hostlist.compress(names))
+
+
+def exceptions_table(status: SlurmStatus, names: list[str], health: dict[str, str]) -> Table:
+    """One row per node that needs a look: node and state never cut, the rest wraps."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("node", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    for column in ("reason", "jobs", "health"):
+        table.add_column(column, overflow="fold")
+    for node in names:
         state, reason = status.states[node]
-        style = "red" if state.startswith(("drain", "drng", "down", "fail")) else None
+        verdict = health.get(node)
+        bad = state.startswith(BAD_STATES) or verdict_failed(verdict)
         table.add_row(
-            node,
-            state,
-            "" if reason == "none" else reason,
-            ",".join(status.jobs_on(node)),
-            (health or {}).get(node, "-"),
-            style=style,
+            node, state, _reason(reason), ", ".join(status.jobs_on(node)), verdict or "-", style="red" if bad else None
         )
     return table
+
+
+def offenders_line(offenders: Offenders, nodes: Iterable[str]) -> Text | None:
+    """``repeat offenders (>=3 failing health runs in 7 days): dgx07 (4), dgx12 (3)``, of ``nodes``."""
+    known = set(nodes)
+    named = [f"{node} ({count})" for node, count in offenders.counts.items() if node in known]
+    if not named:
+        return None
+    return Text(f"repeat offenders ({rule(offenders.failures, offenders.days)}): {', '.join(named)}", style="yellow")
+
+
+def status_table(
+    status: SlurmStatus, health: dict[str, str] | None = None, offenders: Offenders | None = None
+) -> Group:
+    """A summary by state, the quiet nodes as one host list, the other nodes one per row, and the
+    repeat offenders (``offenders``: corectl.failures.repeat_offenders) among them in one line."""
+    health = health or {}
+    if not status.states:
+        return Group(Text("status: Slurm reported no compute nodes"))
+    busy = status.busy_nodes()
+    quiet: list[str] = []
+    others: list[str] = []
+    for node in sorted(status.states):
+        (quiet if is_quiet(status, node, health, busy) else others).append(node)
+    parts: list[RenderableType] = [status_summary(status, health)]
+    if quiet:
+        parts.append(quiet_line(quiet))
+    if others:
+        parts.append(exceptions_table(status, others, health))
+    repeat = offenders_line(offenders, status.states) if offenders else None
+    if repeat:
+        parts.append(repeat)
+    return Group(*parts)

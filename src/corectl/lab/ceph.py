@@ -54,9 +54,9 @@ def ensure(spec: LabSpec) -> str:
     playbook = spec.site.root / "tests" / "ceph" / "server.yml"
     result = run_standalone(playbook, inventory, extravars, spec.site, "lab ceph")
     if not result.ok:
-        tail = result.output_tail(1)
+        said = result.failure_lines() or result.output_tail(1)
         raise CorectlError(
-            f"the lab's Ceph did not come up ({tail[-1] if tail else result.status}); see {result.artifact_dir}"
+            f"the lab's Ceph did not come up ({said[0] if said else result.status}); see {result.artifact_dir}"
         )
     secrets.set_ceph_key(spec.site, CLIENT, key)
     return spec.ceph_address()

@@ -15,9 +15,10 @@ from pathlib import Path
 import yaml
 
 from corectl import hostlist
+from corectl import secrets as site_secrets
 from corectl.errors import CorectlError
 from corectl.files import atomic_write, write_if_changed
-from corectl.lab import repo
+from corectl.lab import bmc, repo
 from corectl.lab.docker import LABEL, docker, ensure_engine
 from corectl.lab.image import ensure_image
 from corectl.site import Site
@@ -37,6 +38,9 @@ NODE_FLAGS: tuple[str, ...] = (
     "--device=/dev/fuse",  # ceph-fuse (no kernel ceph module here)
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# A reboot inside a node ends its systemd (exit 0): Docker starts it again, like a machine coming
+# back. A container its BMC stand-in killed (power off) stays off until the BMC starts it.
+RESTART_POLICY = "--restart=unless-stopped"
 
 
 @dataclass(frozen=True)
@@ -139,10 +143,10 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
                 "address": n.address,
                 "profile": "head-standin" if n.head else "dgx-standin",
                 "roles": ["slurm_controller", "slurm_dbd", "login", "monitoring"] if n.head else ["compute"],
-                **({} if n.head else {"leaf": "leaf1"}),
+                **({} if n.head else {"leaf": "leaf1", "bmc": bmc.declaration(n.address, index)}),
                 "ssh": {"host": "127.0.0.1", "port": n.ssh_port},
             }
-            for n in nodes
+            for index, n in enumerate(nodes)
         ],
         "fabric": {
             "kind": "infiniband",
@@ -199,6 +203,12 @@ LAB_GROUP_VARS = {
     "slurm_health_check_interval": 30,
     "node_health_ib_sysfs_root": "/var/lib/gpu-sim/sysfs/class/infiniband",
     "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
+    # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh
+    # hook, which mounts over that directory, would fail every container start
+    "enroot_mellanox": False,
+    # a container shares the host's kernel, so its boot_id never changes: heal's reboot step
+    # compares when systemd (PID 1) started instead
+    "corectl_heal_boot_time_command": "systemctl show --property=UserspaceTimestampMonotonic --value",
 }
 
 
@@ -268,9 +278,17 @@ def start_container(spec: LabSpec, hostname: str, address: str, image: str, ssh_
     if state == "running":
         return
     if state is not None:
+        docker("update", RESTART_POLICY, name)  # containers made before the policy was set
         docker("start", name)
         return
     publish = []
+    # Docker writes /etc/hosts anew at every container start, which would lose the cluster's
+    # hosts (role base) on each reboot or power cycle: the lab keeps the file on the host instead,
+    # like a disk that keeps its files.
+    hosts = spec.site.lab_dir / "etc-hosts" / hostname
+    if not hosts.is_file():
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        hosts.write_text(f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{address}\t{hostname}\n")
     if ssh_port is not None:
         if not _port_free(ssh_port):
             raise CorectlError(f"127.0.0.1:{ssh_port} is taken; choose another --ssh-port-base")
@@ -286,6 +304,8 @@ def start_container(spec: LabSpec, hostname: str, address: str, image: str, ssh_
         f"--label={LABEL}={spec.site.name}",
         f"--label=corectl.node={hostname}",
         *NODE_FLAGS,
+        f"--volume={hosts}:/etc/hosts",
+        RESTART_POLICY,
         image,
         "/sbin/init",
     )
@@ -373,17 +393,46 @@ def _check_ssh(spec: LabSpec, key: Path) -> None:
 
 def up(spec: LabSpec) -> list[LabNode]:
     ensure_engine()
+    _refuse_foreign_leftovers(spec.site)
     image = ensure_image()
     key = ensure_key(spec.site)
     spec.site.directory.mkdir(parents=True, exist_ok=True)
+    _save_spec(spec)  # before any container: containers of this site without it were left by another lab
     _ensure_network(spec)
     repo_vars = repo.lab_vars(spec.container(f"{spec.prefix}repo"), spec.network, spec.repo_address(), spec.site.name)
     nodes = spec.nodes()
     _start_nodes(spec, nodes, image, key)
     user_key = ensure_key(spec.site, f"{LAB_USER}_ed25519").with_suffix(".pub").read_text().strip()
     write_inventory(spec, repo_vars, user_key)
-    _save_spec(spec)
+    _start_bmcs(spec, nodes)
     return nodes
+
+
+def _refuse_foreign_leftovers(site: Site) -> None:
+    """A new lab directory whose site name is on containers already: an earlier lab's, left behind
+    (its directory deleted, or its run killed). Adopting them would mix its state (Ceph, munge,
+    host keys) with this lab's secrets."""
+    if (site.lab_dir / SPEC_FILE).is_file():
+        return
+    names = lab_containers(site)
+    if names:
+        raise CorectlError(
+            f"containers of an earlier lab named {site.name} exist ({', '.join(sorted(names))}), not made for "
+            f"{site.directory}; remove them with: corectl lab down --inventory {site.directory}"
+        )
+
+
+def _start_bmcs(spec: LabSpec, nodes: list[LabNode]) -> None:
+    """A stand-in BMC per DGX container, and its credentials in the site's vault."""
+    for index, node in enumerate(spec.nodes()):
+        if not node.head and node in nodes:
+            bmc.start(spec.site, node.name, node.address, index, spec.container(node.name))
+    try:
+        stored = site_secrets.bmc_credentials(spec.site)
+    except CorectlError:
+        stored = None
+    if stored != (bmc.USER, bmc.password(spec.site)):
+        site_secrets.set_bmc_credentials(spec.site, bmc.USER, bmc.password(spec.site))
 
 
 def _start_nodes(spec: LabSpec, nodes: list[LabNode], image: str, key: Path) -> None:
@@ -442,8 +491,14 @@ def add(site: Site, bare: bool = False) -> LabNode:
         atomic_write(secret, (password + "\n").encode(), 0o600)
     else:
         _start_nodes(spec, [node], ensure_image(), ensure_key(site))
+    _start_bmcs(spec, [node])
     _save_spec(spec)
     return node
+
+
+def lab_containers(site: Site) -> list[str]:
+    """Every container labelled with the site's name, running or not (the nodes, Ceph, the repository)."""
+    return docker("ps", "-a", "--filter", f"label={LABEL}={site.name}", "--format", "{{.Names}}").split()
 
 
 def running_nodes(site: Site) -> list[str]:
@@ -466,7 +521,8 @@ def remove_slurm_cgroups(node_names: list[str], cgroup_root: Path = CGROUP_ROOT)
 def down(site: Site) -> list[str]:
     ensure_engine()
     names = running_nodes(site)
-    containers = docker("ps", "-aq", "--filter", f"label={LABEL}={site.name}").split()
+    containers = lab_containers(site)
+    bmc.stop_all(site, set(containers))
     if containers:
         docker("rm", "--force", "--volumes", *containers)
     networks = docker("network", "ls", "-q", "--filter", f"label={LABEL}={site.name}").split()

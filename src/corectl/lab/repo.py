@@ -1,9 +1,10 @@
 """The stand-in package repository: NVIDIA's and GitHub's downloads, replaced for tests.
 
 tests/standin/build_repo.py builds signed apt packages with the real names and versions (driver,
-Fabric Manager, NSCQ, DCGM), enroot's release packages, a dcgm-exporter archive and a pyxis
-source archive. A container on the test network serves them over HTTP; roles reach them through
-their normal URL variables (only the base URL differs from production).
+Fabric Manager, NSCQ, DCGM) and a dcgm-exporter archive; it adds the real enroot (release .debs
+built from the upstream source) and pyxis (the upstream source archive). A container on the test
+network serves them over HTTP; roles reach them through their normal URL variables (only the base
+URL differs from production).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def build() -> Path:
     """Build (or keep, when its sources are unchanged) the repository on this machine."""
     script = project_root() / "tests" / "standin" / "build_repo.py"
     out = build_dir()
-    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, check=False)
+    argv = [sys.executable, str(script), str(out), "--image", ensure_image()]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         detail = lines[-1] if lines else proc.returncode
@@ -88,8 +90,8 @@ def vars_for(base: str, index: dict) -> dict:
         "enroot_checksums": {
             Path(p["path"]).name: f"sha256:{p['sha256']}" for p in index["packages"] if p["name"].startswith("enroot")
         },
+        # the real pyxis release archive: the role's own pinned checksum verifies it
         "pyxis_source_url": f"{base}/pyxis/archive/refs/tags/v{{{{ pyxis_version }}}}.tar.gz",
-        "pyxis_source_checksum": f"sha256:{index['pyxis']['sha256']}",
     }
 
 

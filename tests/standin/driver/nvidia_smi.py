@@ -2,7 +2,7 @@
 """Stand-in for nvidia-smi over the simulated GPUs (installed as /usr/bin/nvidia-smi).
 
 Supported: plain table, -L, -q [-i ID], --query-gpu=F,... --format=csv[,noheader][,nounits] [-i ID],
--pm 0|1 [-i ID], nvlink -s|--status|-e [-i ID], topo -m.
+-pm 0|1 [-i ID], -r/--gpu-reset, nvlink -s|--status|-e [-i ID], topo -m.
 """
 
 from __future__ import annotations
@@ -396,6 +396,36 @@ def _option(args: list[str], short: str, long: str) -> str | None:
     return None
 
 
+def gpu_reset(state: dict[str, Any], ident: str | None) -> int:
+    """``-r``: like the real tool, refused while a client holds the GPUs (on NVSwitch boards all reset
+    together); a reset clears volatile ECC counts, applies pending row remaps and retrains NVLinks."""
+    clients = gpusim.gpu_clients(state)
+    if any(gpu.get("persistence_mode") for gpu in state["gpus"]):
+        clients.append("nvidia-persistenced")
+    if clients:
+        print(f"Unable to reset GPU: the GPU is in use by another client ({', '.join(clients)}).")
+        return 255
+    if ident is not None and state.get("nvswitch", True):
+        print("Resetting a single GPU is not supported on this system: reset all GPUs together.")
+        return 3
+
+    def reset(current: dict[str, Any]) -> None:
+        for gpu in current["gpus"]:
+            if not gpu.get("present", True):
+                continue
+            ecc = gpu["ecc"]
+            ecc["volatile_uncorrected"] = ecc["volatile_corrected"] = 0
+            ecc["remapped_rows_pending"] = 0
+            gpu["nvlinks"] = [gpusim.default_nvlink() for _ in gpu["nvlinks"]]
+
+    updated = gpusim.update(reset)
+    for gpu in updated["gpus"]:
+        if gpu.get("present", True):
+            print(f"GPU {gpu['pci_bus_id']} was successfully reset.")
+    print("All done.")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] in (["-h"], ["--help"]):
@@ -419,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     pm = _option(args, "-pm", "--persistence-mode")
     if pm is not None:
         return persistence(pm.upper(), ident)
+    if "-r" in args or "--gpu-reset" in args:
+        return gpu_reset(state, ident)
     if "-L" in args or "--list-gpus" in args:
         return list_gpus(state)
     if "-q" in args or "--query" in args:

@@ -7,7 +7,8 @@ gpu-sim set <dotted.path> <json-or-string>       e.g. gpu-sim set gpus.3.tempera
 gpu-sim fault <name> [--gpu N] [--xid N] [--link N] [--device mlx5_N]
 gpu-sim clear [<name>|all] [--gpu N] [--device mlx5_N]
 gpu-sim reload          simulate unloading and loading the nvidia kernel module
-gpu-sim boot            what a boot does (run by gpu-sim-boot.service)
+gpu-sim boot            what a boot does (run by gpu-sim-boot.service); after a power-on
+                        (the BMC stand-in's mark) GPUs that fell off the bus come back
 gpu-sim driver-installed  driver package postinst: load the driver if none is loaded yet
 gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat)
 """
@@ -27,7 +28,8 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "lib" / "gpu-sim"), "/usr/lib/gpu-sim"]
 import gpusim  # noqa: E402
 
-FAULTS = ("lost-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle")
+# lost-gpu: fallen off the bus, back after a cold start (power off and on); dead-gpu: never back
+FAULTS = ("lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle")
 
 
 def _die(message: str, code: int = 1) -> int:
@@ -115,8 +117,9 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
         _ib(state, args.device)["state"] = "DOWN"
         return
     gpu = _gpu(state, args.gpu)
-    if name == "lost-gpu":
+    if name in ("lost-gpu", "dead-gpu"):
         gpu["present"] = False
+        gpu["dead"] = name == "dead-gpu"
     elif name == "ecc":
         ecc = gpu["ecc"]
         ecc["volatile_uncorrected"] = max(1, ecc["volatile_uncorrected"])
@@ -142,8 +145,9 @@ def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
                 port["state"] = "ACTIVE"
     gpus = state["gpus"] if args.gpu is None else [_gpu(state, args.gpu)]
     for gpu in gpus:
-        if name in ("lost-gpu", "all"):
+        if name in ("lost-gpu", "dead-gpu", "all"):
             gpu["present"] = True
+            gpu.pop("dead", None)
         if name in ("ecc", "all"):
             gpu["ecc"] = gpusim.default_ecc()
         if name in ("xid", "all"):
@@ -200,12 +204,20 @@ def cmd_boot(_args: argparse.Namespace) -> int:
         print(f"gpu-sim: no description at {gpusim.state_path()}; nothing to boot")
         return 0
 
+    mark = gpusim.power_on_mark()
+    cold = mark.exists()
+
     def boot(state: dict[str, Any]) -> None:
+        if cold:  # the power was off: the PCIe links train anew, only dead GPUs stay away
+            for gpu in state["gpus"]:
+                if not gpu.get("dead"):
+                    gpu["present"] = True
         state["loaded_driver"] = gpusim.installed_driver()
         state["fm_running"] = False
         _reset_fabric(state)
         for gpu in state["gpus"]:
             gpu["persistence_mode"] = False
+            gpu["xid_events"] = []  # the kernel log (journalctl -k) starts anew with each boot
 
     state = gpusim.update(boot)
     for name in ("fabricmanager", "hostengine", "nvidia-persistenced"):
@@ -213,7 +225,9 @@ def cmd_boot(_args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 gpusim.pid_file(name).unlink()
     gpusim.make_devices(len(state["gpus"]))
-    print(f"gpu-sim: booted, driver {state['loaded_driver'] or 'not loaded'}")
+    mark.unlink(missing_ok=True)
+    kind = "cold start" if cold else "reboot"
+    print(f"gpu-sim: booted ({kind}), driver {state['loaded_driver'] or 'not loaded'}")
     return 0
 
 

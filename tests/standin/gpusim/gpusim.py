@@ -9,6 +9,7 @@ Paths (each overridable by an environment variable, which the host-side tests us
   GPU_SIM_RUN    pid files                   default /run/gpu-sim
   GPU_SIM_SYSFS  fake sysfs root             default /var/lib/gpu-sim/sysfs
   GPU_SIM_DEV    where device nodes go       default /dev
+  GPU_SIM_POWER_ON  the mark a BMC stand-in leaves before a power-on  default /var/lib/gpu-sim/power-on
 """
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ def sysfs_root() -> Path:
 
 def dev_dir() -> Path:
     return Path(os.environ.get("GPU_SIM_DEV") or "/dev")
+
+
+def power_on_mark() -> Path:
+    """Left by the stand-in BMC (tests/standin/bmc.py) before it powers the node on: the next boot is
+    a cold start."""
+    return Path(os.environ.get("GPU_SIM_POWER_ON") or "/var/lib/gpu-sim/power-on")
 
 
 # --------------------------------------------------------------------------- versions

@@ -1,0 +1,210 @@
+"""heal: walk the nodes the health checks drained up their remediation ladders (corectl.heal)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from corectl import groupvars, hostlist
+from corectl import heal as rules
+from corectl.commands.health import health
+from corectl.commands.inventory import render_site
+from corectl.commands.nodes import compute_names, state_run
+from corectl.commands.power import apply as power_apply
+from corectl.commands.power import credentials, history_recorder
+from corectl.commands.status import read_slurm_status
+from corectl.errors import CorectlError
+from corectl.failures import Action, last_action
+from corectl.model import Cluster
+from corectl.progress import LiveProgress
+from corectl.runner import RunRequest, run_playbook
+from corectl.site import Site
+
+POWER_TIMEOUT_S = 120  # for the BMC to report off, then on
+
+
+@dataclass(frozen=True)
+class Outcome:
+    node: str
+    result: str  # resumed, needs service, no remedy, skipped, waiting, failed
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.result in ("resumed", "skipped", "waiting")
+
+
+class Healer:
+    """One `corectl heal`: the site, its rules, and what happened to each node."""
+
+    def __init__(self, site: Site, cluster: Cluster, console: Console, warn: Callable[[str], None]) -> None:
+        values = groupvars.all_vars(site)
+        self.site, self.cluster, self.console = site, cluster, console
+        self.ladders = rules.ladders(values)
+        self.window = rules.window_hours(values)
+        self.record = history_recorder(site, warn)
+        self.outcomes: list[Outcome] = []
+
+    # ------------------------------------------------------------------ choosing nodes
+
+    def drained(self, named: list[str] | None) -> list[str]:
+        """Nodes drained by the health checks with no job left (named ones that are not: said why)."""
+        computes = [n.name for n in self.cluster.nodes if "compute" in n.roles]
+        status = read_slurm_status(self.site, self.console)
+        chosen = []
+        for node in named or computes:
+            state, reason = status.states.get(node, ("unknown", ""))
+            if rules.drained_check(reason) is None:
+                if named:
+                    why = f"{state}, reason: {reason}" if reason and reason != "none" else state
+                    self.outcomes.append(Outcome(node, "skipped", f"not drained by the health checks ({why})"))
+                continue
+            jobs = status.jobs_on(node)
+            if jobs:
+                self.outcomes.append(Outcome(node, "waiting", f"jobs still running: {', '.join(jobs)}"))
+                continue
+            chosen.append(node)
+        return chosen
+
+    def last_healed(self, node: str, check: str) -> Action | None:
+        """When a heal last resumed ``node`` after ``check`` failed (resumes record "<check>: ...")."""
+        return last_action(self.site, node, rules.HEALED, rules.OK, detail_prefix=f"{check}: ")
+
+    # ------------------------------------------------------------------ steps
+
+    def checks(self, nodes: list[str]) -> dict[str, str | None]:
+        """node -> its first failing check now (None: the checks pass)."""
+        reports = health(self.site, self.console, limit=",".join(nodes)).nodes
+        return {node: rules.first_failed(reports[node]) if node in reports else "reachable" for node in nodes}
+
+    def playbook_step(self, step: str, nodes: list[str]) -> dict[str, str]:
+        """Run one step of playbooks/heal.yml; node -> why it failed."""
+        request = RunRequest(
+            site=self.site,
+            playbook="heal.yml",
+            command=f"heal {step} {hostlist.compress(nodes)}",
+            limit=",".join(nodes),
+            extravars={"corectl_heal_step": step},
+            secrets=False,
+        )
+        with LiveProgress(self.console, f"heal {step}") as progress:
+            result = run_playbook(request, sink=progress)
+        failed = {host: result.messages.get(host, "failed") for host in result.failed_hosts}
+        if not result.ok and not failed:
+            failed = {node: f"heal.yml {result.status}" for node in nodes}
+        return failed
+
+    def power_cycle(self, nodes: list[str]) -> dict[str, str]:
+        by_name = {n.name: n for n in self.cluster.nodes}
+        failed = {node: "no bmc declared in cluster.yml" for node in nodes if by_name[node].bmc is None}
+        with_bmc = [by_name[node] for node in nodes if node not in failed]
+        if with_bmc:
+            try:
+                creds = credentials(self.site)
+            except CorectlError as exc:
+                return {**failed, **{n.name: str(exc) for n in with_bmc}}
+            for result in power_apply(self.site, with_bmc, "cycle", creds, POWER_TIMEOUT_S):
+                if not result.ok:
+                    failed[result.node] = result.detail
+            back = [n.name for n in with_bmc if n.name not in failed]
+            if back:
+                failed.update(self.playbook_step("wait-for-boot", back))
+        return failed
+
+    def run_step(self, step: str, nodes: list[str]) -> None:
+        failed = self.power_cycle(nodes) if step == "power-cycle" else self.playbook_step(step, nodes)
+        for node in nodes:
+            self.record(node, f"heal: {step}", "failed" if node in failed else rules.OK, failed.get(node, ""))
+
+    # ------------------------------------------------------------------ endings
+
+    def resume(self, passed: dict[str, str]) -> None:
+        if not passed:
+            return
+        result = state_run(
+            self.site, self.cluster, self.console, sorted(passed), "resume", only_reason=rules.HEALTH_REASON
+        )
+        for node, detail in sorted(passed.items()):
+            if result.ok:
+                self.record(node, rules.HEALED, rules.OK, detail)
+                self.outcomes.append(Outcome(node, "resumed", detail))
+            else:
+                self.outcomes.append(Outcome(node, "failed", f"{detail}, but the resume failed: {result.status}"))
+
+    def needs_service(self, cases: dict[str, tuple[str, str]]) -> None:
+        """node -> (check, why): drained for hardware service, one drain per check."""
+        by_check: dict[str, list[str]] = {}
+        for node, (check, _) in cases.items():
+            by_check.setdefault(check, []).append(node)
+        for check, nodes in sorted(by_check.items()):
+            reason = rules.SERVICE_REASON.format(check=check)
+            result = state_run(self.site, self.cluster, self.console, sorted(nodes), "drain", reason)
+            for node in sorted(nodes):
+                why = cases[node][1]
+                self.record(node, "heal: needs hardware service", "drained" if result.ok else "failed", why)
+                self.outcomes.append(Outcome(node, "needs service" if result.ok else "failed", f"{check}: {why}"))
+
+    # ------------------------------------------------------------------ the whole run
+
+    def run(self, named: list[str] | None) -> list[Outcome]:
+        nodes = self.drained(named)
+        if not nodes:
+            return self.outcomes
+        now = datetime.now(UTC)
+        cases: list[rules.Case] = []
+        passed: dict[str, str] = {}
+        service: dict[str, tuple[str, str]] = {}
+        for node, check in self.checks(nodes).items():
+            if check is None:
+                passed[node] = "the checks pass again"
+            elif rules.healed_recently(self.last_healed(node, check), now, self.window):
+                service[node] = (check, f"failed again within {self.window}h of being healed of it")
+            elif not self.ladders.get(check):
+                self.record(node, "heal: no remedy", "left drained", check)
+                self.outcomes.append(Outcome(node, "no remedy", f"{check}: no ladder in {rules.LADDERS_VAR}"))
+            else:
+                cases.append(rules.Case(node, check, list(self.ladders[check])))
+        self.resume(passed)
+        while cases:
+            by_step: dict[str, list[rules.Case]] = {}
+            for case in cases:
+                by_step.setdefault(case.advance(), []).append(case)
+            for step, group in by_step.items():
+                self.run_step(step, [case.node for case in group])
+            now_failing = self.checks([case.node for case in cases])
+            passed, still = {}, []
+            for case in cases:
+                check = now_failing[case.node]
+                if check is None:
+                    passed[case.node] = f"{case.check}: the checks pass after {case.tried[-1]}"
+                elif not case.steps:
+                    service[case.node] = (case.check, f"still failing ({check}) after {', '.join(case.tried)}")
+                else:
+                    still.append(case)
+            self.resume(passed)
+            cases = still
+        self.needs_service(service)
+        return self.outcomes
+
+
+def heal(site: Site, console: Console, expr: str | None, warn: Callable[[str], None]) -> list[Outcome]:
+    cluster, _ = render_site(site, check_only=False)
+    named = compute_names(site, cluster, expr, "NODES") if expr else None
+    return Healer(site, cluster, console, warn).run(named)
+
+
+def outcome_table(outcomes: list[Outcome]) -> Table | Text:
+    if not outcomes:
+        return Text("heal: no node drained by the health checks")
+    table = Table(title="heal", title_justify="left", padding=(0, 1))
+    table.add_column("node", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("detail")
+    for o in sorted(outcomes, key=lambda o: o.node):
+        table.add_row(o.node, Text(o.result, style="" if o.ok else "bold red"), o.detail)
+    return table

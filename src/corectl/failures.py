@@ -1,0 +1,325 @@
+"""A site's failure history: every health verdict and remediation action, in a local SQLite file.
+
+``inventories/<site>/.history.sqlite`` (Site.history_db) holds one row per node per health run
+(``verdicts``) and one per remediation action (``actions``). Times are UTC, ISO 8601 to the second
+(``2026-11-22T09:12:44Z``), so that text order is time order. The file is in WAL mode with a busy
+timeout, so that concurrent commands append without losing rows; each write is one transaction.
+``PRAGMA user_version`` is the schema version: an older file is migrated when opened, a newer one
+is refused. Every failure to open, read or write the file is a HistoryUnavailable.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from corectl.errors import CorectlError
+from corectl.site import Site
+
+BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another one before giving up
+
+# MIGRATIONS[n] takes the schema from version n to n + 1; the schema version is their count.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE verdicts (
+            id INTEGER PRIMARY KEY,
+            node TEXT NOT NULL,
+            at TEXT NOT NULL,
+            ok INTEGER NOT NULL CHECK (ok IN (0, 1)),
+            failed TEXT NOT NULL DEFAULT '[]',
+            run_id TEXT
+        )""",
+        # one verdict per node and health run (verdicts without a run id are each their own run)
+        "CREATE UNIQUE INDEX verdicts_once_per_run ON verdicts (run_id, node)",
+        "CREATE INDEX verdicts_by_node ON verdicts (node, at)",
+        "CREATE INDEX verdicts_failed_by_time ON verdicts (at) WHERE ok = 0",
+        """CREATE TABLE actions (
+            id INTEGER PRIMARY KEY,
+            node TEXT NOT NULL,
+            at TEXT NOT NULL,
+            action TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX actions_by_node ON actions (node, at)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+Report = Mapping[str, Any]  # corectl health's {"node", "ok", "checks": [{"name", "status", "message"}]}
+
+
+class HistoryUnavailable(CorectlError):
+    """The history file could not be opened, read or written (one line: the file and why)."""
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    name: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One node's result in one health run."""
+
+    node: str
+    at: str
+    ok: bool
+    failed: tuple[FailedCheck, ...] = ()
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    """One remediation step taken on a node (drain, GPU reset, reboot, RMA...) and how it ended."""
+
+    node: str
+    at: str
+    action: str
+    outcome: str
+    detail: str = ""
+
+
+Entry = Verdict | Action
+
+
+@dataclass(frozen=True)
+class Offenders:
+    """Nodes with at least ``failures`` failing health runs from ``since`` to ``until`` (both included)."""
+
+    failures: int
+    days: int
+    since: str
+    until: str
+    counts: dict[str, int]  # node -> its failing health runs in the window, most first
+
+
+@dataclass(frozen=True)
+class RmaCase:
+    """A node to send back, with the evidence: its failing verdicts and the actions taken, in the window."""
+
+    node: str
+    failures: tuple[Verdict, ...]
+    actions: tuple[Action, ...]
+
+    def evidence(self) -> list[Entry]:
+        return newest_first([*self.failures, *self.actions])
+
+
+# --------------------------------------------------------------------------- time
+
+
+def stamp(at: datetime) -> str:
+    """``2026-11-22T09:12:44Z``: UTC to the second (a naive time is taken as UTC)."""
+    utc = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def window(days: int, now: datetime) -> tuple[str, str]:
+    """(since, until): the last ``days`` days up to ``now``, both ends included."""
+    return stamp(now - timedelta(days=days)), stamp(now)
+
+
+def newest_first(entries: Iterable[Entry]) -> list[Entry]:
+    """Newest first; at the same second an action comes before (after, in time) the verdict behind it."""
+    return sorted(entries, key=lambda e: (e.at, isinstance(e, Action)), reverse=True)
+
+
+# --------------------------------------------------------------------------- the file
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE (the write lock at once, waiting up to the busy timeout) ... COMMIT or ROLLBACK."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the file to SCHEMA_VERSION (in one transaction); refuse one written by a newer corectl."""
+    version = _version(conn)
+    if version < SCHEMA_VERSION:
+        with _transaction(conn):
+            version = _version(conn)  # another process may have migrated it meanwhile
+            if version < SCHEMA_VERSION:
+                for statements in MIGRATIONS[version:]:
+                    for statement in statements:
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                version = SCHEMA_VERSION
+    if version > SCHEMA_VERSION:
+        raise HistoryUnavailable(
+            f"{path}: schema version {version} is newer than this corectl's ({SCHEMA_VERSION}); upgrade corectl"
+        )
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """WAL mode (kept by the file). Switching a new file answers SQLITE_BUSY at once, without the
+    busy timeout, while another process opens it too: try again until the timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+@contextmanager
+def _database(site: Site) -> Iterator[sqlite3.Connection]:
+    """The site's history, created or migrated as needed; sqlite and OS errors become HistoryUnavailable."""
+    path = site.history_db
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        _use_wal(conn)
+        _migrate(conn, str(path))
+        yield conn
+    except (sqlite3.Error, OSError) as exc:
+        raise HistoryUnavailable(f"{path}: {exc}") from None
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def _exists(site: Site) -> bool:
+    """Whether there is a history to read (reading never creates the file)."""
+    try:
+        return site.history_db.is_file()
+    except OSError as exc:
+        raise HistoryUnavailable(f"{site.history_db}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _failed_checks(report: Report) -> list[dict[str, str]]:
+    return [
+        {"name": str(check.get("name", "")), "message": str(check.get("message", ""))}
+        for check in report.get("checks", [])
+        if check.get("status") == "fail"
+    ]
+
+
+def record_verdicts(site: Site, reports: Mapping[str, Report], at: datetime, run_id: str | None = None) -> int:
+    """One verdict per node of a health run, in one transaction; returns how many were added (a
+    node already recorded for ``run_id`` is not counted twice)."""
+    when = stamp(at)
+    rows = [
+        (node, when, 1 if report.get("ok") else 0, json.dumps(_failed_checks(report)), run_id)
+        for node, report in reports.items()
+    ]
+    with _database(site) as conn, _transaction(conn):
+        before = conn.total_changes
+        conn.executemany(
+            "INSERT INTO verdicts (node, at, ok, failed, run_id) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (run_id, node) DO NOTHING",
+            rows,
+        )
+        return conn.total_changes - before
+
+
+def record_action(site: Site, node: str, action: str, outcome: str, detail: str, at: datetime) -> None:
+    """One remediation action on ``node`` (``action``: drain, reset-gpu...; ``outcome``: ok, failed...)."""
+    with _database(site) as conn, _transaction(conn):
+        conn.execute(
+            "INSERT INTO actions (node, at, action, outcome, detail) VALUES (?, ?, ?, ?, ?)",
+            (node, stamp(at), action, outcome, detail),
+        )
+
+
+# --------------------------------------------------------------------------- reading
+
+_VERDICT = "SELECT node, at, ok, failed, run_id FROM verdicts"
+_ACTION = "SELECT node, at, action, outcome, detail FROM actions"
+
+
+def _verdict(row: tuple[Any, ...]) -> Verdict:
+    node, at, ok, failed, run_id = row
+    checks = tuple(FailedCheck(str(c.get("name", "")), str(c.get("message", ""))) for c in json.loads(failed))
+    return Verdict(node=node, at=at, ok=bool(ok), failed=checks, run_id=run_id)
+
+
+def _action(row: tuple[Any, ...]) -> Action:
+    node, at, action, outcome, detail = row
+    return Action(node=node, at=at, action=action, outcome=outcome, detail=detail)
+
+
+def node_history(site: Site, node: str, limit: int = 20) -> list[Entry]:
+    """The node's newest ``limit`` verdicts and actions together, newest first."""
+    if not _exists(site):
+        return []
+    order = "ORDER BY at DESC, id DESC LIMIT ?"
+    with _database(site) as conn:
+        verdicts = [_verdict(r) for r in conn.execute(f"{_VERDICT} WHERE node = ? {order}", (node, limit))]
+        actions = [_action(r) for r in conn.execute(f"{_ACTION} WHERE node = ? {order}", (node, limit))]
+    return newest_first([*verdicts, *actions])[:limit]
+
+
+def last_action(site: Site, node: str, action: str, outcome: str, detail_prefix: str = "") -> Action | None:
+    """The node's newest ``action`` that ended with ``outcome`` and whose detail starts with
+    ``detail_prefix`` (None: never)."""
+    if not _exists(site):
+        return None
+    escaped = detail_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    with _database(site) as conn:
+        row = conn.execute(
+            f"{_ACTION} WHERE node = ? AND action = ? AND outcome = ? AND detail LIKE ? ESCAPE '\\'"
+            " ORDER BY at DESC, id DESC LIMIT 1",
+            (node, action, outcome, escaped + "%"),
+        ).fetchone()
+    return _action(row) if row else None
+
+
+def _offender_counts(conn: sqlite3.Connection, failures: int, since: str, until: str) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT node, COUNT(*) AS n FROM verdicts WHERE ok = 0 AND at BETWEEN ? AND ?"
+        " GROUP BY node HAVING n >= ? ORDER BY n DESC, node",
+        (since, until, failures),
+    )
+    return {node: count for node, count in rows}
+
+
+def repeat_offenders(site: Site, failures: int, days: int, now: datetime) -> Offenders:
+    """Nodes with at least ``failures`` failing health runs in the ``days`` days up to ``now``
+    (each run counts once, however many of its checks failed)."""
+    since, until = window(days, now)
+    counts: dict[str, int] = {}
+    if _exists(site):
+        with _database(site) as conn:
+            counts = _offender_counts(conn, failures, since, until)
+    return Offenders(failures=failures, days=days, since=since, until=until, counts=counts)
+
+
+def rma_report(site: Site, failures: int, days: int, now: datetime) -> tuple[Offenders, list[RmaCase]]:
+    """The repeat offenders, and for each its failing verdicts and its actions in the window."""
+    offenders = repeat_offenders(site, failures, days, now)
+    if not offenders.counts:
+        return offenders, []
+    span = "node = ? AND at BETWEEN ? AND ? ORDER BY at DESC, id DESC"
+    cases = []
+    with _database(site) as conn:
+        for node in offenders.counts:
+            window_args = (node, offenders.since, offenders.until)
+            failed = conn.execute(f"{_VERDICT} WHERE ok = 0 AND {span}", window_args)
+            actions = conn.execute(f"{_ACTION} WHERE {span}", window_args)
+            cases.append(RmaCase(node, tuple(map(_verdict, failed)), tuple(map(_action, actions))))
+    return offenders, cases

@@ -1,0 +1,444 @@
+"""Failure history: every health verdict and remediation action in inventories/<site>/.history.sqlite,
+repeat offenders, the RMA report, `corectl history NODE` and `corectl rma` (no Ansible, no nodes)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from corectl import failures, groupvars
+from corectl.cli import app
+from corectl.commands import health as health_mod
+from corectl.commands.failures import history_view, rma_json, rma_view, site_offenders, thresholds
+from corectl.commands.status import SlurmStatus, status_table
+from corectl.errors import CorectlError
+from corectl.failures import Action, FailedCheck, Verdict
+from corectl.runner import HostStats, RunRequest, RunResult
+from corectl.site import Site
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
+XID = "Xid 79 on GPU 3 (fallen off the bus)"
+ECC = "GPU 3: 2 uncorrectable volatile ECC errors, 1 retired page pending; reset the GPU"
+
+
+def report(node: str, *failed: tuple[str, str]) -> dict[str, Any]:
+    """A normalized health report: the failing checks given, and a passing and a skipped one."""
+    checks = [{"name": name, "status": "fail", "message": message} for name, message in failed]
+    checks += [{"name": "gpu-count", "status": "pass", "message": "8 GPUs"}, {"name": "dcgm-diag", "status": "skip"}]
+    return {"node": node, "ok": not failed, "checks": checks}
+
+
+@pytest.fixture
+def site(prod_copy: Path) -> Site:
+    return Site(root=ROOT, directory=prod_copy)
+
+
+def rows(site: Site, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(site.history_db) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def fail_at(site: Site, node: str, at: datetime, run: str, *checks: tuple[str, str]) -> None:
+    failures.record_verdicts(site, {node: report(node, *(checks or [("xid", XID)]))}, at, run)
+
+
+def lines_of(renderable: object, width: int = 80) -> list[str]:
+    console = Console(record=True, width=width, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+# --------------------------------------------------------------------------- recording and the schema
+
+
+def test_a_health_run_is_one_row_per_node_with_its_failing_checks(site: Site):
+    reports = {"dgx01": report("dgx01"), "dgx07": report("dgx07", ("xid", XID), ("ecc", ECC))}
+    assert failures.record_verdicts(site, reports, NOW, "20261123T100000Z-4242") == 2
+    assert rows(site, "SELECT node, at, ok, failed, run_id FROM verdicts ORDER BY node") == [
+        ("dgx01", "2026-11-23T10:00:00Z", 1, "[]", "20261123T100000Z-4242"),
+        (
+            "dgx07",
+            "2026-11-23T10:00:00Z",
+            0,
+            json.dumps([{"name": "xid", "message": XID}, {"name": "ecc", "message": ECC}]),
+            "20261123T100000Z-4242",
+        ),
+    ]
+    # the same run recorded again adds nothing; a run without an id is a run of its own each time
+    assert failures.record_verdicts(site, reports, NOW, "20261123T100000Z-4242") == 0
+    assert failures.record_verdicts(site, reports, NOW) == 2
+    assert failures.record_verdicts(site, reports, NOW) == 2
+    assert rows(site, "SELECT COUNT(*) FROM verdicts") == [(6,)]
+
+
+def test_actions_are_recorded_and_shown_with_the_verdicts_newest_first(site: Site):
+    fail_at(site, "dgx07", NOW - timedelta(hours=2), "r1")
+    failures.record_verdicts(site, {"dgx07": report("dgx07")}, NOW, "r2")
+    failures.record_action(site, "dgx07", "drain", "ok", "corectl-health: xid", NOW - timedelta(hours=2))
+    failures.record_action(site, "dgx07", "reset-gpu", "failed", "GPU 3 busy", NOW - timedelta(hours=1))
+    failures.record_action(site, "dgx08", "reboot", "ok", "", NOW)
+    assert failures.node_history(site, "dgx07", 10) == [
+        Verdict("dgx07", "2026-11-23T10:00:00Z", True, (), "r2"),
+        Action("dgx07", "2026-11-23T09:00:00Z", "reset-gpu", "failed", "GPU 3 busy"),
+        Action("dgx07", "2026-11-23T08:00:00Z", "drain", "ok", "corectl-health: xid"),  # same second: after it
+        Verdict("dgx07", "2026-11-23T08:00:00Z", False, (FailedCheck("xid", XID),), "r1"),
+    ]
+    assert [e.at for e in failures.node_history(site, "dgx07", 2)] == ["2026-11-23T10:00:00Z", "2026-11-23T09:00:00Z"]
+    assert failures.node_history(site, "nobody", 10) == []
+
+
+def test_the_schema_has_a_version_and_the_file_is_in_wal_mode(site: Site):
+    assert failures.node_history(site, "dgx01", 5) == []
+    assert not site.history_db.exists()  # reading never creates the file
+    failures.record_verdicts(site, {"dgx01": report("dgx01")}, NOW)
+    assert failures.SCHEMA_VERSION == 1
+    assert rows(site, "PRAGMA user_version") == [(failures.SCHEMA_VERSION,)]
+    assert rows(site, "PRAGMA journal_mode") == [("wal",)]
+    tables = {name for (name,) in rows(site, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"verdicts", "actions"}
+
+
+def test_a_file_from_a_newer_corectl_is_refused_in_one_line(site: Site):
+    with sqlite3.connect(site.history_db) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    with pytest.raises(failures.HistoryUnavailable) as caught:
+        failures.record_verdicts(site, {"dgx01": report("dgx01")}, NOW)
+    assert "schema version 99 is newer" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(failures.HistoryUnavailable):
+        failures.repeat_offenders(site, 3, 7, NOW)
+
+
+def test_an_older_file_is_migrated_when_opened(site: Site):
+    sqlite3.connect(site.history_db).close()  # an empty file: schema version 0
+    fail_at(site, "dgx07", NOW, "r1")
+    assert rows(site, "PRAGMA user_version") == [(1,)]
+    assert failures.repeat_offenders(site, 1, 7, NOW).counts == {"dgx07": 1}
+
+
+# --------------------------------------------------------------------------- repeat offenders
+
+
+def test_repeat_offenders_count_failing_runs_in_the_window(site: Site):
+    since = NOW - timedelta(days=7)
+    # dgx01: exactly 3, the oldest exactly at the window's start (included)
+    for n, at in enumerate([since, NOW - timedelta(days=3), NOW]):
+        fail_at(site, "dgx01", at, f"a{n}")
+    # dgx02: 2 in the window (N-1), a third one second before it, a fourth in the future
+    for n, at in enumerate([NOW - timedelta(days=1), NOW - timedelta(hours=1)]):
+        fail_at(site, "dgx02", at, f"b{n}")
+    fail_at(site, "dgx02", since - timedelta(seconds=1), "b-old")
+    fail_at(site, "dgx02", NOW + timedelta(seconds=1), "b-future")
+    # dgx03: 3 runs with two failing checks each count 3 times, not 6; its passing runs not at all
+    for n in range(3):
+        fail_at(site, "dgx03", NOW - timedelta(days=n), f"c{n}", ("xid", XID), ("ecc", ECC))
+        failures.record_verdicts(site, {"dgx03": report("dgx03")}, NOW - timedelta(days=n, hours=1), f"c-ok{n}")
+    # dgx04: 4 failures, most first
+    for n in range(4):
+        fail_at(site, "dgx04", NOW - timedelta(days=n, hours=2), f"d{n}")
+    offenders = failures.repeat_offenders(site, 3, 7, NOW)
+    assert offenders.counts == {"dgx04": 4, "dgx01": 3, "dgx03": 3}
+    assert list(offenders.counts) == ["dgx04", "dgx01", "dgx03"]
+    assert (offenders.since, offenders.until) == ("2026-11-16T10:00:00Z", "2026-11-23T10:00:00Z")
+    # one second later the oldest of dgx01 leaves the window; with N-1 = 2, dgx02 is in
+    assert "dgx01" not in failures.repeat_offenders(site, 3, 7, NOW + timedelta(seconds=1)).counts
+    assert failures.repeat_offenders(site, 2, 7, NOW).counts["dgx02"] == 2
+
+
+def test_no_history_means_no_offender(site: Site):
+    assert failures.repeat_offenders(site, 3, 7, NOW).counts == {}
+    assert failures.rma_report(site, 3, 7, NOW)[1] == []
+
+
+# --------------------------------------------------------------------------- RMA report
+
+
+def rma_site(site: Site) -> None:
+    """dgx07: 4 failing runs (xid, then ecc too) and a failed GPU reset; dgx12: 3; dgx01: 1; an old one."""
+    for n in range(4):
+        checks = [("xid", XID), ("ecc", ECC)] if n == 0 else [("xid", XID)]
+        fail_at(site, "dgx07", NOW - timedelta(days=n), f"r{n}", *checks)
+    failures.record_action(site, "dgx07", "reset-gpu", "failed", "GPU 3 busy", NOW - timedelta(hours=1))
+    failures.record_action(site, "dgx07", "drain", "ok", "long ago", NOW - timedelta(days=30))
+    for n in range(3):
+        fail_at(site, "dgx12", NOW - timedelta(days=n, hours=3), f"r{n}", ("gpu-count", "7 of 8 GPUs visible"))
+    fail_at(site, "dgx01", NOW, "r0")
+    for n in range(5):
+        fail_at(site, "dgx02", NOW - timedelta(days=20 + n), f"old{n}")
+
+
+def test_rma_report_lists_repeat_offenders_with_their_evidence(site: Site):
+    rma_site(site)
+    offenders, cases = failures.rma_report(site, 3, 7, NOW)
+    assert offenders.counts == {"dgx07": 4, "dgx12": 3}
+    assert [case.node for case in cases] == ["dgx07", "dgx12"]
+    dgx07 = cases[0]
+    assert [v.at for v in dgx07.failures] == [
+        "2026-11-23T10:00:00Z",
+        "2026-11-22T10:00:00Z",
+        "2026-11-21T10:00:00Z",
+        "2026-11-20T10:00:00Z",
+    ]
+    assert dgx07.failures[0].failed == (FailedCheck("xid", XID), FailedCheck("ecc", ECC))
+    assert dgx07.actions == (Action("dgx07", "2026-11-23T09:00:00Z", "reset-gpu", "failed", "GPU 3 busy"),)
+    data = rma_json(site, offenders, cases)
+    assert data["failures"] == 3 and data["days"] == 7 and data["site"] == "prod"
+    assert [(n["node"], n["failures"]) for n in data["nodes"]] == [("dgx07", 4), ("dgx12", 3)]
+    assert data["nodes"][1]["evidence"][0] == {
+        "at": "2026-11-23T07:00:00Z",
+        "run_id": "r0",
+        "checks": [{"name": "gpu-count", "message": "7 of 8 GPUs visible"}],
+    }
+    assert data["nodes"][0]["actions"] == [
+        {"at": "2026-11-23T09:00:00Z", "action": "reset-gpu", "outcome": "failed", "detail": "GPU 3 busy"}
+    ]
+
+
+def test_rma_text_at_80_columns(site: Site):
+    rma_site(site)
+    lines = lines_of(rma_view(site, *failures.rma_report(site, 3, 7, NOW)))
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0] == "RMA: 2 candidates in prod (>=3 failing health runs in 7 days)"
+    assert lines[1] == "dgx07: 4 failing health runs"
+    rows_of_dgx07 = [line.split()[:4] for line in lines[2 : lines.index("dgx12: 3 failing health runs")]]
+    assert [row for row in rows_of_dgx07 if row[0][:2] == "20"] == [
+        ["2026-11-23", "10:00:00Z", "FAIL", "xid:"],
+        ["2026-11-23", "09:00:00Z", "reset-gpu", "failed:"],  # the GPU reset tried after it
+        ["2026-11-22", "10:00:00Z", "FAIL", "xid:"],
+        ["2026-11-21", "10:00:00Z", "FAIL", "xid:"],
+        ["2026-11-20", "10:00:00Z", "FAIL", "xid:"],
+    ]
+    assert not any("long ago" in line for line in lines)  # an action before the window is no evidence
+    assert not any(line.startswith(("dgx01", "dgx02")) for line in lines)
+    none = lines_of(rma_view(site, *failures.rma_report(site, 5, 7, NOW)))
+    assert none == ["RMA: no candidate in prod (no node with >=5 failing health runs in 7 days)"]
+
+
+# --------------------------------------------------------------------------- corectl history NODE
+
+
+def test_history_at_80_columns_one_row_per_entry_newest_first(site: Site):
+    node = "corectl-labtest-e2e-dgx01"
+    for n in range(3):
+        fail_at(site, node, NOW - timedelta(days=n), f"r{n}", ("xid", XID), ("ecc", ECC))
+    failures.record_verdicts(site, {node: report(node)}, NOW - timedelta(days=3), "r3")
+    failures.record_action(site, node, "drain", "ok", "corectl-health: xid: " + XID, NOW - timedelta(hours=1))
+    lines = lines_of(history_view(site, node, 20))
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0] == f"{node} in prod: 5 verdicts and actions, newest first"
+    starts = [line.split()[:3] for line in lines[1:] if not line.startswith(" ")]
+    assert starts == [
+        ["2026-11-23", "10:00:00Z", "FAIL"],
+        ["2026-11-23", "09:00:00Z", "drain"],
+        ["2026-11-22", "10:00:00Z", "FAIL"],
+        ["2026-11-21", "10:00:00Z", "FAIL"],
+        ["2026-11-20", "10:00:00Z", "ok"],
+    ]
+    text = " ".join(" ".join(lines).split())
+    assert f"xid: {XID}; ecc: GPU 3: 2 uncorrectable volatile ECC errors" in text
+    more = lines_of(history_view(site, node, 2), width=200)
+    assert more[0] == f"{node} in prod: 2 verdicts and actions, newest first (older ones: --last 4)"
+    assert lines_of(history_view(site, "dgx99", 20)) == [
+        "dgx99: no verdict or action recorded in prod (corectl health records them)"
+    ]
+
+
+def test_cli_history_and_rma(site: Site):
+    now = datetime.now(UTC)
+    for n in range(3):
+        fail_at(site, "dgx07", now - timedelta(hours=n + 1), f"r{n}")
+    runner = CliRunner()
+    shown = runner.invoke(app, ["history", "dgx07", "--inventory", str(site.directory), "--last", "2"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines()[0].startswith("dgx07 in prod: 2 verdicts and actions, newest first")
+    assert len(shown.stdout.splitlines()) == 3
+    data = json.loads(runner.invoke(app, ["rma", "--inventory", str(site.directory), "--json"]).stdout)
+    assert [(n["node"], n["failures"]) for n in data["nodes"]] == [("dgx07", 3)]
+    stricter = runner.invoke(app, ["rma", "--inventory", str(site.directory), "--json", "--failures", "4"])
+    assert json.loads(stricter.stdout)["nodes"] == []
+    missing = runner.invoke(app, ["history", "dgx07", "--inventory", str(site.directory / "nosuch")])
+    assert missing.exit_code == 2 and "not found" in missing.stderr
+
+
+def test_help_lists_history_and_rma():
+    listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "100"}).output
+    assert " history " in listed and " rma " in listed
+    for command in ("history", "rma"):
+        result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "100"})
+        assert result.exit_code == 0 and "<bool>" not in result.output
+
+
+# --------------------------------------------------------------------------- thresholds from group_vars
+
+
+def test_thresholds_come_from_group_vars_and_the_site_overrides_them(site: Site):
+    assert thresholds(site) == (3, 7)  # group_vars/all/health.yml
+    (site.directory / "group_vars").mkdir()
+    (site.directory / "group_vars" / "all.yml").write_text("corectl_repeat_offender_days: 14\n")
+    assert thresholds(site) == (3, 14)
+    assert thresholds(site, 5, None) == (5, 14)
+    assert thresholds(site, 2, 1) == (2, 1)
+    (site.directory / "group_vars" / "all.yml").write_text("corectl_repeat_offender_failures: '{{ x }}'\n")
+    with pytest.raises(CorectlError) as caught:
+        thresholds(site)
+    assert caught.value.exit_code == 2
+    assert "corectl_repeat_offender_failures must be a whole number >= 1" in str(caught.value)
+
+
+def test_group_all_is_read_as_ansible_layers_it(site: Site):
+    folder = site.directory / "group_vars" / "all"
+    folder.mkdir(parents=True)
+    (folder / "10-health.yml").write_text("corectl_repeat_offender_failures: 5\ncorectl_repeat_offender_days: 9\n")
+    (folder / "20-later.yaml").write_text(
+        "corectl_repeat_offender_days: '10'\nsecret: !vault |\n  $ANSIBLE_VAULT;1.1\n"
+    )
+    (folder / "30-vaulted.yml").write_text("$ANSIBLE_VAULT;1.1;AES256\n6162636465\n")  # a whole-file vault
+    (folder / ".hidden.yml").write_text("corectl_repeat_offender_failures: 1\n")
+    (folder / "notes.txt").write_text("corectl_repeat_offender_failures: 1\n")
+    values = groupvars.all_vars(site)
+    assert values["base_timezone"] == "{{ corectl_cluster.timezone }}"  # the shared group_vars/all
+    assert values["secret"] is None
+    assert thresholds(site) == (5, 10)
+
+
+def test_the_shared_thresholds_are_in_health_yml():
+    text = (ROOT / "group_vars" / "all" / "health.yml").read_text()
+    assert "\ncorectl_repeat_offender_failures: 3\n" in text
+    assert "\ncorectl_repeat_offender_days: 7\n" in text
+
+
+# --------------------------------------------------------------------------- corectl status
+
+
+def test_status_names_the_repeat_offenders_it_knows(site: Site):
+    rma_site(site)
+    offenders = failures.repeat_offenders(site, 3, 7, NOW)
+    states = {f"dgx{i:02d}": ("idle", "none") for i in range(1, 12)}  # dgx12: no longer in Slurm
+    lines = lines_of(status_table(SlurmStatus(states=states), {}, offenders))
+    assert lines[-1] == "repeat offenders (>=3 failing health runs in 7 days): dgx07 (4)"
+    states["dgx12"] = ("drain", "corectl-health: gpu-count")
+    lines = lines_of(status_table(SlurmStatus(states=states), {}, offenders))
+    assert lines[-1] == "repeat offenders (>=3 failing health runs in 7 days): dgx07 (4), dgx12 (3)"
+    assert not any("repeat" in line for line in lines_of(status_table(SlurmStatus(states=states), {})))
+
+
+def test_status_warns_when_the_history_cannot_be_read(site: Site):
+    site.history_db.write_text("not a database, " * 100)
+    said: list[str] = []
+    assert site_offenders(site, NOW, said.append) is None
+    assert len(said) == 1 and said[0].startswith("warning: repeat offenders not shown: ")
+
+
+# --------------------------------------------------------------------------- an unwritable history
+
+
+@pytest.mark.parametrize("obstacle", ["directory", "garbage"])
+def test_an_unwritable_history_is_a_warning_not_a_crash(site: Site, obstacle: str):
+    if obstacle == "directory":
+        site.history_db.mkdir()  # cannot be opened as a file, even by root
+    else:
+        site.history_db.write_text("not a database, " * 100)
+    said: list[str] = []
+    health_mod.remember(site, {"dgx07": report("dgx07", ("xid", XID))}, "r1", warn=said.append)
+    assert len(said) == 1, said
+    assert said[0].startswith(f"warning: failure history not recorded: {site.history_db}: ")
+    assert "\n" not in said[0]
+    assert json.loads(site.health_file.read_text())["dgx07"]["failed"] == ["xid"]  # status still knows
+
+
+# --------------------------------------------------------------------------- concurrent writers
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from datetime import UTC, datetime
+    from pathlib import Path
+    from corectl.failures import record_verdicts
+    from corectl.site import Site
+
+    root, directory, who, runs = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    site = Site(root=Path(root), directory=directory)
+    (directory / f"ready-{who}").touch()
+    while not (directory / "go").exists():
+        time.sleep(0.005)
+    bad = {"node": "x", "ok": False, "checks": [{"name": "xid", "status": "fail", "message": who}]}
+    for run in range(runs):
+        nodes = {f"{who}-dgx{n}": bad for n in range(3)}
+        record_verdicts(site, nodes, datetime.now(UTC), f"{who}-{run}")
+        time.sleep(0.002)  # a breath between runs, so that neither writer can starve the other
+    """
+)
+
+
+def test_two_processes_appending_at_once_lose_no_row(site: Site):
+    runs = 150
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(ROOT), str(site.directory), who, str(runs)])
+        for who in ("a", "b")
+    ]
+    deadline = datetime.now(UTC) + timedelta(seconds=60)
+    while not all((site.directory / f"ready-{who}").exists() for who in ("a", "b")):
+        assert datetime.now(UTC) < deadline, "the writers did not start"
+    (site.directory / "go").touch()  # both open the new file, create the schema and write at once
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
+    assert rows(site, "SELECT COUNT(*), COUNT(DISTINCT run_id) FROM verdicts") == [(2 * runs * 3, 2 * runs)]
+    order = [run_id[0] for (run_id,) in rows(site, "SELECT run_id FROM verdicts ORDER BY id")]
+    switches = sum(1 for x, y in pairwise(order) if x != y)
+    assert switches >= 2, "the writers did not overlap"  # a, then b, then a again at least
+
+
+# --------------------------------------------------------------------------- corectl health records
+
+
+@pytest.fixture
+def fake_health(monkeypatch: pytest.MonkeyPatch, site: Site) -> str:
+    """run_playbook replaced: dgx01 healthy, dgx07 fails xid and ecc; returns the run's id."""
+    run_id = "20261123T100000Z-4242"
+
+    def run_playbook(request: RunRequest, sink: Any = None) -> RunResult:
+        out = Path(request.extravars["corectl_health_out"])
+        (out / "dgx01.json").write_text(json.dumps(report("dgx01")))
+        (out / "dgx07.json").write_text(json.dumps(report("dgx07", ("xid", XID), ("ecc", ECC))))
+        hosts = {"dgx01": HostStats(ok=2), "dgx07": HostStats(ok=2)}
+        return RunResult("successful", 0, hosts, site.runs_dir / run_id, 1.0)
+
+    monkeypatch.setattr(health_mod, "run_playbook", run_playbook)
+    return run_id
+
+
+def test_corectl_health_records_every_verdict(site: Site, fake_health: str):
+    result = CliRunner().invoke(app, ["health", "--inventory", str(site.directory), "--json"])
+    assert result.exit_code == 1, result.output
+    assert "warning" not in result.stderr
+    history = failures.node_history(site, "dgx07", 10)
+    assert len(history) == 1
+    verdict = history[0]
+    assert isinstance(verdict, Verdict)
+    assert (verdict.ok, verdict.run_id) == (False, fake_health)
+    assert verdict.failed == (FailedCheck("xid", XID), FailedCheck("ecc", ECC))
+    assert abs(datetime.fromisoformat(verdict.at) - datetime.now(UTC)) < timedelta(minutes=5)
+    assert [e.ok for e in failures.node_history(site, "dgx01", 10) if isinstance(e, Verdict)] == [True]
+    shown = CliRunner().invoke(app, ["history", "dgx07", "--inventory", str(site.directory)], env={"COLUMNS": "80"})
+    assert shown.stdout.splitlines()[1].split()[2:4] == ["FAIL", "xid:"]
+
+
+def test_corectl_health_warns_but_reports_when_the_history_is_unwritable(site: Site, fake_health: str):
+    site.history_db.mkdir()
+    result = CliRunner().invoke(app, ["health", "--inventory", str(site.directory)])
+    assert result.exit_code == 1, result.output  # dgx07 failed: the usual exit, not a crash
+    assert "health: 2 nodes checked, 1 passed, 1 failed" in result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: failure history")]
+    assert len(warnings) == 1, result.stderr

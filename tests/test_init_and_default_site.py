@@ -1,0 +1,108 @@
+"""Issue 14: the default site (--inventory, else CORECTL_INVENTORY, else the only site besides
+the lab) and `corectl init SITE` (a commented cluster.yml that validates, group_vars/, secrets)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from corectl import bootstrap, secrets
+from corectl.cli import app
+from corectl.errors import CorectlError
+from corectl.loader import load_cluster
+from corectl.site import default_site_name, resolve_site
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with the lab and prod sites, as a fresh clone has them."""
+    root = tmp_path / "project"
+    (root / "playbooks").mkdir(parents=True)
+    (root / "playbooks" / "site.yml").write_text("[]\n")
+    (root / "roles").mkdir()
+    for site in ("prod", "lab"):
+        (root / "inventories" / site).mkdir(parents=True)
+        shutil.copy(ROOT / "inventories" / site / "cluster.yml", root / "inventories" / site / "cluster.yml")
+    monkeypatch.setenv("CORECTL_ROOT", str(root))
+    monkeypatch.delenv("CORECTL_INVENTORY", raising=False)
+    for name in ("CORECTL_VAULT_PASSWORD", "CORECTL_VAULT_PASSWORD_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+def test_the_only_site_besides_the_lab_is_the_default(project: Path):
+    assert default_site_name(project, {}) == "prod"
+    assert resolve_site(None, root=project).directory == project / "inventories" / "prod"
+    result = CliRunner().invoke(app, ["validate"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("prod: cluster.yml is valid (13 nodes)")
+
+
+def test_corectl_inventory_then_the_option_win(project: Path, monkeypatch: pytest.MonkeyPatch):
+    assert default_site_name(project, {"CORECTL_INVENTORY": "lab"}) == "lab"
+    monkeypatch.setenv("CORECTL_INVENTORY", "lab")
+    assert CliRunner().invoke(app, ["validate"]).output.startswith("lab: ")
+    assert CliRunner().invoke(app, ["validate", "--inventory", "prod"]).output.startswith("prod: ")
+
+
+def test_two_sites_and_no_name_is_one_clear_line(project: Path):
+    (project / "inventories" / "west").mkdir()
+    shutil.copy(project / "inventories" / "prod" / "cluster.yml", project / "inventories" / "west" / "cluster.yml")
+    (project / "inventories" / "scratch").mkdir()  # no cluster.yml: not a site
+    with pytest.raises(CorectlError) as refused:
+        default_site_name(project, {})
+    assert "sites under" in str(refused.value) and "prod, west" in str(refused.value)
+    result = CliRunner().invoke(app, ["provision"])
+    assert result.exit_code == 2
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("error: which site? ") and "--inventory NAME or CORECTL_INVENTORY=NAME" in line
+
+
+def test_no_site_at_all_points_to_init(project: Path):
+    shutil.rmtree(project / "inventories" / "prod")
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 2
+    assert "no site under" in result.output and "corectl init NAME" in result.output
+
+
+def test_init_writes_a_site_that_validates_renders_and_has_its_secrets(project: Path):
+    result = CliRunner().invoke(app, ["init", "west"])
+    assert result.exit_code == 0, result.output
+    site = resolve_site("west", root=project)
+    cluster = load_cluster(site.directory)
+    assert cluster.config.cluster.name == "west"
+    assert [n.name for n in cluster.nodes] == ["dgx01", "dgx02", "dgx03", "dgx04", "head01"]
+    assert "# " in site.cluster_file.read_text()  # commented for the operator
+    assert yaml.safe_load((site.directory / "group_vars" / "all.yml").read_text()) == {}
+    secrets.check(site)  # munge key and DB password made, decrypt with the generated password
+    assert (site.directory / ".vault-pass").stat().st_mode & 0o777 == 0o600
+    assert "vault password: " in result.output and "next: edit " in result.output
+    render = CliRunner().invoke(app, ["render", "--inventory", "west"])
+    assert render.exit_code == 0, render.output
+
+
+def test_init_never_overwrites_and_refuses_bad_names(project: Path):
+    before = (project / "inventories" / "prod" / "cluster.yml").read_bytes()
+    for name, words in (("prod", "exists already"), ("Bad", "lower-case"), ("lab", "corectl lab up"), ("../x", "")):
+        result = CliRunner().invoke(app, ["init", name])
+        assert result.exit_code == 2, (name, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and words in result.output
+    assert (project / "inventories" / "prod" / "cluster.yml").read_bytes() == before
+    assert sorted(p.name for p in (project / "inventories").iterdir()) == ["lab", "prod"]
+
+
+def test_bootstrap_goes_through_the_jump_host(project: Path):
+    """A site behind a bastion: bootstrap's SSH goes through cluster.yml's jump host (as Ansible's
+    ProxyJump does), never straight to the node's address."""
+    node = load_cluster(project / "inventories" / "prod").node("dgx01")
+    assert bootstrap._channel(node) == ("10.10.1.11", 22)
+    chained = node.model_copy(update={"jump_host": "admin@bastion:2222,ops@[2001:db8::1]:22"})
+    command = bootstrap._channel(chained).cmd
+    assert command[command.index("-J") + 1] == "admin@bastion:2222"
+    assert command[-3:] == ["-W", "10.10.1.11:22", "ssh://ops@[2001:db8::1]:22"]
