@@ -6,7 +6,7 @@ export PATH := $(BIN):$(PATH)
 PYTHON ?= python3
 MOLECULE_SCENARIOS ?=
 
-.PHONY: setup lab lab-down test lint pytest molecule image bench
+.PHONY: setup lab lab-down test lint pytest molecule image bench bench-fanout
 
 setup: $(VENV)/.installed
 
@@ -48,3 +48,8 @@ molecule: setup
 # Starts its own lab: not while the e2e test or `make lab` runs. BENCH_ARGS="--sizes 1,2".
 bench: setup
 	python bench/fleet.py $(BENCH_ARGS)
+
+# A no-op provision through ansible-runner's transmit | worker | process against a direct run
+# (bench/fanout.py; docs/scale.md). On a converged site: `make lab` first.
+bench-fanout: setup
+	python bench/fanout.py $(BENCH_ARGS)

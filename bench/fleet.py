@@ -190,7 +190,11 @@ def stock_noop(tmp: Path) -> Sample:
             str(vault),
             str(ROOT / "playbooks" / "site.yml"),
         ]
-        env = {"ANSIBLE_CONFIG": str(cfg), "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site), "ANSIBLE_FORCE_COLOR": "0"}
+        env = {
+            "ANSIBLE_CONFIG": str(cfg),
+            "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site.known_hosts),
+            "ANSIBLE_FORCE_COLOR": "0",
+        }
         sample = measure(argv, env)
     recap = sample.output[sample.output.rfind("PLAY RECAP") :]
     counts = [int(n) for n in re.findall(r"\bchanged=(\d+)", recap)]

@@ -146,9 +146,28 @@ def shared_inventory(private_dir: Path, root: Path) -> Path:
     return directory / "hosts.yml"
 
 
-def ssh_extra_args(site: Site) -> str:
+def ssh_extra_args(known_hosts: Path | str) -> str:
     """Host keys are always checked, against the site's own known_hosts file."""
-    return shlex.join(["-o", f"UserKnownHostsFile={site.known_hosts}", "-o", "StrictHostKeyChecking=yes"])
+    return shlex.join(["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"])
+
+
+def playbook_options(request: RunRequest, site_file: str | None, secrets_file: str | None) -> list[str]:
+    """ansible-playbook's options of a run: its extra-vars files, then --check/--diff.
+
+    ``site_file`` is cluster.yml's site-wide settings (corectl render's site.json): plain data,
+    read once per run; neither in hosts.yml (ansible-inventory repeats all.vars under every
+    host) nor a lookup (templated anew at every reference, 2-6 ms each). ``secrets_file`` is the
+    site's vault-encrypted secrets.yml, given only when the run gets the vault password.
+    """
+    options = []
+    for path in (site_file, secrets_file):
+        if path is not None:
+            options += ["--extra-vars", f"@{path}"]
+    if request.check:
+        options.append("--check")
+    if request.diff:
+        options.append("--diff")
+    return options
 
 
 def control_path_dir(site: Site) -> Path:
@@ -191,19 +210,12 @@ def runner_kwargs(
 ) -> dict[str, Any]:
     """Everything handed to ansible_runner.run, minus the callbacks (unit-tested)."""
     site = request.site
-    cmdline = []
-    # cluster.yml's site-wide settings (corectl render's site.json): plain data, read once per run;
-    # neither in hosts.yml (ansible-inventory repeats all.vars under every host) nor a lookup
-    # (templated anew at every reference, 2-6 ms each)
-    if site.site_file.is_file():
-        cmdline += ["--extra-vars", f"@{site.site_file}"]
     secrets_file = site.directory / "secrets" / "secrets.yml"
-    if vault_password_file is not None and secrets_file.is_file():
-        cmdline += ["--extra-vars", f"@{secrets_file}"]
-    if request.check:
-        cmdline.append("--check")
-    if request.diff:
-        cmdline.append("--diff")
+    cmdline = playbook_options(
+        request,
+        str(site.site_file) if site.site_file.is_file() else None,
+        str(secrets_file) if vault_password_file is not None and secrets_file.is_file() else None,
+    )
     kwargs: dict[str, Any] = {
         "private_data_dir": str(private_dir),
         "project_dir": str(site.root),
@@ -218,7 +230,7 @@ def runner_kwargs(
         "envvars": {
             "ANSIBLE_CONFIG": str(site.root / "ansible.cfg"),
             "ANSIBLE_HOST_KEY_CHECKING": "True",
-            "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site),
+            "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site.known_hosts),
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir(site)),
             "ANSIBLE_FORCE_COLOR": "False",
             "PATH": _path_with_ansible(playbook_guard(private_dir)),

@@ -1,0 +1,151 @@
+"""A run packed for ansible-runner's remote execution (`transmit` | `worker` | `process`).
+
+Issue 15's first building block: not wired into any command yet (docs/scale.md). A packed job
+is one private data directory that `transmit` streams to a runner host, where
+`ansible-runner worker --private-data-dir DIR --delete` unpacks and runs it:
+
+    project/             ansible.cfg, playbooks/ and roles/
+    inventory/shared/    an empty hosts.yml whose group_vars/ is the shared one (layered first)
+    inventory/site/      the site's hosts.yml, nodes.json, switches.json, site.json, known_hosts,
+                         group_vars/, host_vars/ and secrets/ (vault-encrypted, as at rest)
+
+Every path the job names is under ``remote_dir``, the directory the worker will unpack into
+(corectl chooses it; on tmpfs), never a path of the control host. The vault password travels in
+the stream only, answered to ``--ask-vault-pass`` from ansible-runner's ``passwords``. The
+worker writes those to env/passwords for the length of the job (measured by bench/fanout.py),
+which is why ``remote_dir`` belongs on tmpfs and the worker runs with ``--delete``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from corectl.runner import RunRequest, default_forks, playbook_options, ssh_extra_args
+
+VAULT_PROMPT = r"^Vault password:\s*?$"
+PROJECT_PARTS = ("ansible.cfg", "playbooks", "roles")
+SITE_FILES = ("hosts.yml", "nodes.json", "switches.json", "site.json", "known_hosts")
+SITE_DIRS = ("group_vars", "host_vars", "secrets")
+
+
+@dataclass(frozen=True)
+class RunnerSide:
+    """Where the job lives and what it uses on the runner host."""
+
+    remote_dir: PurePosixPath  # the worker's --private-data-dir (fresh per job, on tmpfs)
+    fact_cache: PurePosixPath  # kept between jobs on the runner (facts of its shard's hosts)
+    ssh_key: str | None = None  # the runner's own key for the nodes (else the site's setting)
+
+
+def _copy(source: Path, target: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
+    elif source.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+
+
+def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, vault_password: str | None) -> dict:
+    """Fill ``pack_dir`` with the job of ``request``; return ansible-runner's kwargs for `transmit`.
+
+    ``vault_password`` None: the job gets neither the password nor secrets.yml (as a run with
+    ``request.secrets`` False).
+    """
+    site, remote = request.site, runner.remote_dir
+    for part in PROJECT_PARTS:
+        _copy(site.root / part, pack_dir / "project" / part)
+    shared = pack_dir / "inventory" / "shared"
+    shared.mkdir(parents=True)
+    (shared / "hosts.yml").write_text("all: {}\n", encoding="utf-8")
+    _copy(site.root / "group_vars", shared / "group_vars")
+    for name in (*SITE_FILES, *SITE_DIRS):
+        _copy(site.directory / name, pack_dir / "inventory" / "site" / name)
+
+    packed_site = remote / "inventory" / "site"
+    packed = pack_dir / "inventory" / "site"
+    site_file = str(packed_site / "site.json") if (packed / "site.json").is_file() else None
+    with_secrets = vault_password is not None and (packed / "secrets" / "secrets.yml").is_file()
+    secrets_file = str(packed_site / "secrets" / "secrets.yml") if with_secrets else None
+    cmdline = ["-i", str(remote / "inventory" / "shared" / "hosts.yml"), "-i", str(packed_site / "hosts.yml")]
+    cmdline += playbook_options(request, site_file, secrets_file)
+    extravars: dict[str, Any] = dict(request.extravars)
+    if runner.ssh_key is not None:
+        extravars["ansible_ssh_private_key_file"] = runner.ssh_key
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(pack_dir),
+        "playbook": f"playbooks/{request.playbook}",  # the worker runs it from project/
+        "ident": ident,
+        "fact_cache_type": "jsonfile",
+        "fact_cache": str(runner.fact_cache),
+        "forks": default_forks(),
+        "quiet": True,
+        "envvars": {
+            "ANSIBLE_CONFIG": str(remote / "project" / "ansible.cfg"),
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(packed_site / "known_hosts"),
+            "ANSIBLE_FORCE_COLOR": "False",
+        },
+    }
+    if vault_password is not None:
+        cmdline.append("--ask-vault-pass")
+        kwargs["passwords"] = {VAULT_PROMPT: vault_password}
+    kwargs["cmdline"] = shlex.join(cmdline)
+    if request.limit:
+        kwargs["limit"] = request.limit
+    if request.tags:
+        kwargs["tags"] = request.tags
+    if extravars:
+        kwargs["extravars"] = extravars
+    return kwargs
+
+
+def run_streamed(
+    kwargs: dict[str, Any], worker_argv: list[str], work_dir: Path, on_event: Callable[[dict[str, Any]], Any]
+) -> tuple[str, int]:
+    """Run a packed job through a worker: its status, and 0 or 1 for ansible-playbook's exit code.
+
+    `transmit` writes straight into the worker's stdin (the stream holds the vault password, so
+    it never touches the control host's disk); `process` reads the worker's stdout as it comes,
+    so ``on_event`` sees each event live. ``worker_argv`` starts `ansible-runner worker`: here,
+    or on a runner host through SSH.
+    """
+    import ansible_runner  # heavy import, only when a run happens
+
+    worker = subprocess.Popen(worker_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert worker.stdin is not None and worker.stdout is not None
+
+    def transmit() -> None:
+        try:
+            ansible_runner.run(**kwargs, streamer="transmit", _output=worker.stdin)
+        except BrokenPipeError:
+            pass  # the worker went away (a runner not reachable): `process` reports it
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                worker.stdin.close()
+
+    sender = threading.Thread(target=transmit, daemon=True)
+    sender.start()
+    try:
+        result = ansible_runner.run(
+            streamer="process",
+            _input=worker.stdout,
+            private_data_dir=str(work_dir),
+            event_handler=lambda event: on_event(event) or True,
+            quiet=True,
+        )
+    finally:
+        sender.join()
+        worker.wait()
+    # The stream carries the job's status, not ansible-playbook's exit code (the worker exits
+    # non-zero for a failed job too). A worker that never ran (a runner not reachable) leaves the
+    # stream empty, which `process` reports as "error".
+    status = str(result.status or "error")
+    return status, 0 if status == "successful" else 1

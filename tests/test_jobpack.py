@@ -1,0 +1,140 @@
+"""A packed job through ansible-runner's transmit | worker | process (issue 15's building block).
+
+The worker is a real `ansible-runner worker` process on this machine, as it would run on a runner
+host behind SSH; the hosts are local. Nothing of Ansible or ansible-runner is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+from ansible.parsing.vault import VaultLib, VaultSecret
+
+from corectl.jobpack import RunnerSide, pack, run_streamed
+from corectl.runner import RunRequest
+from corectl.site import Site
+
+PROBE = """
+- name: Probe
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Report what the run was given
+      ansible.builtin.debug:
+        msg:
+          check: "{{ ansible_check_mode }}"
+          x: "{{ x | default('unset') }}"
+          shared: "{{ corectl_probe_shared | default('unset') }}"
+          layered: "{{ corectl_probe_layered | default('unset') }}"
+          site_setting: "{{ corectl_probe_setting | default('unset') }}"
+          secret_length: "{{ corectl_probe_secret | default('') | length }}"
+      tags: [t1]
+    - name: Fail where asked
+      ansible.builtin.fail:
+        msg: asked to fail
+      when: probe_fail | default(false) | bool
+      tags: [t1]
+"""
+PASSWORD = "test-only-vault-password"
+SECRET = "test-only-secret-value-0123456789"
+
+
+def probe_site(tmp_path: Path, root: Path) -> Site:
+    """A project with the probe playbook and a site: layered group_vars, site.json, a vaulted secret."""
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "roles").mkdir()
+    (project / "group_vars").mkdir()
+    shutil.copy(root / "ansible.cfg", project / "ansible.cfg")
+    (project / "playbooks" / "probe.yml").write_text(PROBE)
+    (project / "group_vars" / "all.yml").write_text("corectl_probe_shared: project\ncorectl_probe_layered: project\n")
+    site = Site(root=project, directory=project / "inventories" / "probe")
+    (site.directory / "group_vars").mkdir(parents=True)
+    (site.directory / "group_vars" / "all.yml").write_text("corectl_probe_layered: site\n")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    site.hosts_file.write_text(yaml.safe_dump({"all": {"hosts": {"a": local, "b": local}}}))
+    site.site_file.write_text(json.dumps({"corectl_probe_setting": "from site.json"}))
+    (site.directory / "secrets").mkdir()
+    vault = VaultLib([("default", VaultSecret(PASSWORD.encode()))])
+    plain = yaml.safe_dump({"corectl_probe_secret": SECRET}).encode()
+    (site.directory / "secrets" / "secrets.yml").write_bytes(vault.encrypt(plain))
+    return site
+
+
+def run_probe(tmp_path: Path, site: Site, request: RunRequest) -> tuple[str, int, list[dict], dict, Path]:
+    worker_dir = tmp_path / "worker-side" / "job"  # what the worker will unpack into
+    runner = RunnerSide(remote_dir=PurePosixPath(worker_dir), fact_cache=PurePosixPath(tmp_path / "runner-facts"))
+    kwargs = pack(request, tmp_path / "packed", "probe-1", runner, PASSWORD)
+    worker = [str(Path(sys.executable).parent / "ansible-runner"), "worker", "--private-data-dir", str(worker_dir),
+              "--delete"]  # fmt: skip
+    events: list[dict[str, Any]] = []
+    status, rc = run_streamed(kwargs, worker, tmp_path / "processed", events.append)
+    return status, rc, events, kwargs, worker_dir
+
+
+def reports(events: list[dict]) -> dict[str, dict]:
+    return {
+        e["event_data"]["host"]: e["event_data"]["res"]["msg"]
+        for e in events
+        if e["event"] == "runner_on_ok" and e["event_data"]["task"].startswith("Report")
+    }
+
+
+def test_a_packed_job_runs_through_a_worker_like_a_direct_run(tmp_path: Path, root: Path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    site = probe_site(tmp_path, root)
+    request = RunRequest(site=site, playbook="probe.yml", command="probe", limit="a", tags="t1", check=True,
+                         extravars={"x": 1})  # fmt: skip
+    status, rc, events, kwargs, worker_dir = run_probe(tmp_path, site, request)
+
+    assert (status, rc) == ("successful", 0), [e.get("stdout") for e in events][-5:]
+    # --limit, --tags, --check, extra vars, shared group_vars under the site's, site.json, the secret
+    assert reports(events) == {
+        "a": {"check": True, "x": 1, "shared": "project", "layered": "site", "site_setting": "from site.json",
+              "secret_length": len(SECRET)},
+    }  # fmt: skip
+    assert not worker_dir.exists()  # --delete: the worker's directory went with the job
+    # the job names no path of the control host: only the worker's directory and the runner's cache
+    named = [kwargs["fact_cache"], *shlex.split(kwargs["cmdline"]), *kwargs["envvars"].values()]
+    paths = [part for value in named for part in shlex.split(str(value)) if "/" in part]
+    control = str(tmp_path / "project")
+    assert paths and not [p for p in paths if control in p], paths
+    assert all(
+        p.split("=")[-1].lstrip("@").startswith((str(worker_dir), str(tmp_path / "runner-facts"))) for p in paths
+    ), paths
+    # the secrets travel as at rest: the packed secrets.yml is still vault-encrypted
+    packed = (tmp_path / "packed" / "inventory" / "site" / "secrets" / "secrets.yml").read_text()
+    assert packed.startswith("$ANSIBLE_VAULT;") and SECRET not in packed
+    # and nothing in the events shows the password or the secret
+    assert PASSWORD not in json.dumps(events) and SECRET not in json.dumps(events)
+
+
+def test_a_failing_packed_job_reports_its_hosts_and_leaves_nothing_on_the_worker(tmp_path: Path, root: Path,
+                                                                               monkeypatch):  # fmt: skip
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    site = probe_site(tmp_path, root)
+    request = RunRequest(site=site, playbook="probe.yml", command="probe", extravars={"probe_fail": True})
+    status, rc, events, _, worker_dir = run_probe(tmp_path, site, request)
+
+    assert status == "failed" and rc != 0
+    failed = sorted(e["event_data"]["host"] for e in events if e["event"] == "runner_on_failed")
+    assert failed == ["a", "b"]
+    assert not worker_dir.exists()
+
+
+def test_a_worker_that_never_runs_is_an_error_not_a_hang(tmp_path: Path, root: Path):
+    """What a runner host that cannot be reached looks like: SSH exits 255 with nothing on stdout."""
+    site = probe_site(tmp_path, root)
+    runner = RunnerSide(remote_dir=PurePosixPath(tmp_path / "job"), fact_cache=PurePosixPath(tmp_path / "facts"))
+    kwargs = pack(RunRequest(site=site, playbook="probe.yml"), tmp_path / "packed", "probe-2", runner, PASSWORD)
+    events: list[dict[str, Any]] = []
+    unreachable = ["sh", "-c", "echo 'ssh: connect to host runner1 port 22: No route to host' >&2; exit 255"]
+    assert run_streamed(kwargs, unreachable, tmp_path / "processed", events.append) == ("error", 1)
+    assert events == []
