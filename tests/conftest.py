@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+
+from corectl.site import Site
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,4 +23,20 @@ def prod_copy(tmp_path: Path) -> Path:
     site = tmp_path / "prod"
     site.mkdir()
     shutil.copy(ROOT / "inventories" / "prod" / "cluster.yml", site / "cluster.yml")
+    return site
+
+
+def probe_project(tmp_path: Path, playbook: str, hosts: tuple[str, ...] = ("localhost",)) -> Site:
+    """A project of one playbook (playbooks/probe.yml) with the project's real ansible.cfg, empty
+    roles/ and group_vars/, and a site "probe" whose ``hosts`` are this machine (local connection)."""
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "roles").mkdir()
+    (project / "group_vars").mkdir()
+    shutil.copy(ROOT / "ansible.cfg", project / "ansible.cfg")
+    (project / "playbooks" / "probe.yml").write_text(playbook)
+    site = Site(root=project, directory=project / "inventories" / "probe")
+    site.directory.mkdir(parents=True)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    site.hosts_file.write_text(json.dumps({"all": {"hosts": dict.fromkeys(hosts, local)}}))
     return site

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
+from conftest import probe_project
 from corectl.jobpack import RunnerSide, pack, run_streamed
 from corectl.runner import RunRequest
 from corectl.site import Site
@@ -48,18 +48,10 @@ SECRET = "test-only-secret-value-0123456789"
 
 def probe_site(tmp_path: Path, root: Path) -> Site:
     """A project with the probe playbook and a site: layered group_vars, site.json, a vaulted secret."""
-    project = tmp_path / "project"
-    (project / "playbooks").mkdir(parents=True)
-    (project / "roles").mkdir()
-    (project / "group_vars").mkdir()
-    shutil.copy(root / "ansible.cfg", project / "ansible.cfg")
-    (project / "playbooks" / "probe.yml").write_text(PROBE)
-    (project / "group_vars" / "all.yml").write_text("corectl_probe_shared: project\ncorectl_probe_layered: project\n")
-    site = Site(root=project, directory=project / "inventories" / "probe")
-    (site.directory / "group_vars").mkdir(parents=True)
+    site = probe_project(tmp_path, PROBE, ("a", "b"))
+    (site.root / "group_vars" / "all.yml").write_text("corectl_probe_shared: project\ncorectl_probe_layered: project\n")
+    (site.directory / "group_vars").mkdir()
     (site.directory / "group_vars" / "all.yml").write_text("corectl_probe_layered: site\n")
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    site.hosts_file.write_text(yaml.safe_dump({"all": {"hosts": {"a": local, "b": local}}}))
     site.site_file.write_text(json.dumps({"corectl_probe_setting": "from site.json"}))
     (site.directory / "secrets").mkdir()
     vault = VaultLib([("default", VaultSecret(PASSWORD.encode()))])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import probe_project
 from corectl import runner, secrets
 from corectl.site import Site
 
@@ -61,16 +61,7 @@ sys.exit(run.rc)
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
     """A project with one playbook and a site of one host (this machine), secrets made from an
     environment vault password, and a bootstrap password in the environment as an operator has it."""
-    root = tmp_path / "project"
-    (root / "playbooks").mkdir(parents=True)
-    (root / "roles").mkdir()
-    (root / "group_vars").mkdir()
-    shutil.copy(ROOT / "ansible.cfg", root / "ansible.cfg")
-    (root / "playbooks" / "probe.yml").write_text(PROBE)
-    site = Site(root=root, directory=root / "inventories" / "probe")
-    site.directory.mkdir(parents=True)
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    site.hosts_file.write_text(json.dumps({"all": {"hosts": {"localhost": host}}}))
+    site = probe_project(tmp_path, PROBE)
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
     monkeypatch.setenv("CORECTL_VAULT_PASSWORD", VAULT_PASSWORD)
     monkeypatch.setenv("LAB_BOOTSTRAP_PASSWORD", BOOTSTRAP_PASSWORD)

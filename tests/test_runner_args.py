@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from pathlib import Path
 
-import yaml
-
+from conftest import probe_project
 from corectl.runner import RunRequest, failure_detail, run_playbook, runner_kwargs, stats_from_event
-from corectl.site import Site, resolve_site
+from corectl.site import resolve_site
 
 PROBE = """
 - name: Probe
@@ -35,18 +32,10 @@ PROBE = """
 
 def test_a_run_gets_limit_tags_check_extravars_and_layered_group_vars(tmp_path: Path, root: Path):
     """A real ansible-runner run of a probe playbook on two local hosts, through run_playbook."""
-    project = tmp_path / "project"
-    (project / "playbooks").mkdir(parents=True)
-    (project / "roles").mkdir()
-    (project / "group_vars").mkdir()
-    shutil.copy(root / "ansible.cfg", project / "ansible.cfg")  # the project's real Ansible settings
-    (project / "playbooks" / "probe.yml").write_text(PROBE)
-    (project / "group_vars" / "all.yml").write_text("corectl_probe_shared: project\ncorectl_probe_layered: project\n")
-    site = Site(root=project, directory=project / "inventories" / "probe")
-    (site.directory / "group_vars").mkdir(parents=True)
+    site = probe_project(tmp_path, PROBE, ("a", "b"))  # the project's real Ansible settings
+    (site.root / "group_vars" / "all.yml").write_text("corectl_probe_shared: project\ncorectl_probe_layered: project\n")
+    (site.directory / "group_vars").mkdir()
     (site.directory / "group_vars" / "all.yml").write_text("corectl_probe_layered: site\n")
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    site.hosts_file.write_text(yaml.safe_dump({"all": {"hosts": {"a": local, "b": local}}}))
     events: list[dict] = []
     request = RunRequest(site=site, playbook="probe.yml", command="probe", limit="a", tags="t1", check=True,
                          extravars={"x": 1}, secrets=False)  # fmt: skip
