@@ -12,8 +12,9 @@ is one private data directory that `transmit` streams to a runner host, where
 Every path the job names is under ``remote_dir``, the directory the worker will unpack into
 (corectl chooses it; on tmpfs), never a path of the control host. The vault password travels in
 the stream only, answered to ``--ask-vault-pass`` from ansible-runner's ``passwords``. The
-worker writes those to env/passwords for the length of the job (measured by bench/fanout.py),
-which is why ``remote_dir`` belongs on tmpfs and the worker runs with ``--delete``.
+worker writes those to env/passwords for the length of the job (a task of a job found the file
+there; docs/scale.md), which is why ``remote_dir`` belongs on tmpfs and the worker runs with
+``--delete``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from corectl.runner import RunRequest, default_forks, playbook_options, ssh_extra_args
+from corectl.runner import RunRequest, default_forks, playbook_options, selection, ssh_extra_args
+from corectl.secrets import SecretFiles
 
 VAULT_PROMPT = r"^Vault password:\s*?$"
 PROJECT_PARTS = ("ansible.cfg", "playbooks", "roles")
@@ -69,12 +71,13 @@ def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, va
     for name in (*SITE_FILES, *SITE_DIRS):
         _copy(site.directory / name, pack_dir / "inventory" / "site" / name)
 
-    packed_site = remote / "inventory" / "site"
-    packed = pack_dir / "inventory" / "site"
-    site_file = str(packed_site / "site.json") if (packed / "site.json").is_file() else None
-    with_secrets = vault_password is not None and (packed / "secrets" / "secrets.yml").is_file()
-    secrets_file = str(packed_site / "secrets" / "secrets.yml") if with_secrets else None
-    cmdline = ["-i", str(remote / "inventory" / "shared" / "hosts.yml"), "-i", str(packed_site / "hosts.yml")]
+    local_site, remote_site = pack_dir / "inventory" / "site", remote / "inventory" / "site"
+    settings = site.site_file.relative_to(site.directory)
+    secrets_yml = SecretFiles(site).variables.relative_to(site.directory)
+    site_file = str(remote_site / settings) if (local_site / settings).is_file() else None
+    with_secrets = vault_password is not None and (local_site / secrets_yml).is_file()
+    secrets_file = str(remote_site / secrets_yml) if with_secrets else None
+    cmdline = ["-i", str(remote / "inventory" / "shared" / "hosts.yml"), "-i", str(remote_site / "hosts.yml")]
     cmdline += playbook_options(request, site_file, secrets_file)
     extravars: dict[str, Any] = dict(request.extravars)
     if runner.ssh_key is not None:
@@ -90,7 +93,7 @@ def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, va
         "envvars": {
             "ANSIBLE_CONFIG": str(remote / "project" / "ansible.cfg"),
             "ANSIBLE_HOST_KEY_CHECKING": "True",
-            "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(packed_site / "known_hosts"),
+            "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(remote_site / "known_hosts"),
             "ANSIBLE_FORCE_COLOR": "False",
         },
     }
@@ -98,12 +101,7 @@ def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, va
         cmdline.append("--ask-vault-pass")
         kwargs["passwords"] = {VAULT_PROMPT: vault_password}
     kwargs["cmdline"] = shlex.join(cmdline)
-    if request.limit:
-        kwargs["limit"] = request.limit
-    if request.tags:
-        kwargs["tags"] = request.tags
-    if extravars:
-        kwargs["extravars"] = extravars
+    kwargs.update(selection(request, extravars))
     return kwargs
 
 

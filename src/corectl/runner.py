@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from corectl import lock
 from corectl.errors import CorectlError
 from corectl.files import atomic_write
-from corectl.secrets import vault_password_client
+from corectl.secrets import SecretFiles, vault_password_client
 from corectl.site import Site
 
 KEEP_RUNS = 30
@@ -210,7 +210,7 @@ def runner_kwargs(
 ) -> dict[str, Any]:
     """Everything handed to ansible_runner.run, minus the callbacks (unit-tested)."""
     site = request.site
-    secrets_file = site.directory / "secrets" / "secrets.yml"
+    secrets_file = SecretFiles(site).variables
     cmdline = playbook_options(
         request,
         str(site.site_file) if site.site_file.is_file() else None,
@@ -239,15 +239,16 @@ def runner_kwargs(
     }
     if vault_password_file is not None:
         kwargs["envvars"]["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password_file)
-    if request.limit:
-        kwargs["limit"] = request.limit
-    if request.tags:
-        kwargs["tags"] = request.tags
     if cmdline:
         kwargs["cmdline"] = shlex.join(cmdline)
-    if request.extravars:
-        kwargs["extravars"] = dict(request.extravars)
+    kwargs.update(selection(request, request.extravars))
     return kwargs
+
+
+def selection(request: RunRequest, extravars: dict[str, Any]) -> dict[str, Any]:
+    """ansible-runner's limit, tags and extra vars of a run, each only when given."""
+    chosen: dict[str, Any] = {"limit": request.limit, "tags": request.tags, "extravars": dict(extravars)}
+    return {key: value for key, value in chosen.items() if value}
 
 
 def new_ident() -> str:
