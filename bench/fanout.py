@@ -75,7 +75,7 @@ def stream(request: RunRequest, base: Path, password: str) -> tuple[float, float
     packed = base / f"packed-{job}"
     kwargs = pack(request, packed, f"bench-{job}", runner, password)
     worker = [str(BIN / "ansible-runner"), "worker", "--private-data-dir", str(worker_dir), "--delete"]
-    status, _ = run_streamed(kwargs, worker, base / f"processed-{job}", on_event)
+    status = run_streamed(kwargs, worker, base / f"processed-{job}", on_event).status
     elapsed, used = time.monotonic() - wall, cpu_seconds() - cpu
     size = sum(f.stat().st_size for f in packed.rglob("*") if f.is_file())
     if status not in ("successful", "failed"):

@@ -67,8 +67,8 @@ def run_probe(tmp_path: Path, site: Site, request: RunRequest) -> tuple[str, int
     worker = [str(Path(sys.executable).parent / "ansible-runner"), "worker", "--private-data-dir", str(worker_dir),
               "--delete"]  # fmt: skip
     events: list[dict[str, Any]] = []
-    status, rc = run_streamed(kwargs, worker, tmp_path / "processed", events.append)
-    return status, rc, events, kwargs, worker_dir
+    done = run_streamed(kwargs, worker, tmp_path / "processed", events.append)
+    return done.status, done.rc, events, kwargs, worker_dir
 
 
 def reports(events: list[dict]) -> dict[str, dict]:
@@ -128,5 +128,7 @@ def test_a_worker_that_never_runs_is_an_error_not_a_hang(tmp_path: Path, root: P
     kwargs = pack(RunRequest(site=site, playbook="probe.yml"), tmp_path / "packed", "probe-2", runner, PASSWORD)
     events: list[dict[str, Any]] = []
     unreachable = ["sh", "-c", "echo 'ssh: connect to host runner1 port 22: No route to host' >&2; exit 255"]
-    assert run_streamed(kwargs, unreachable, tmp_path / "processed", events.append) == ("error", 1)
+    done = run_streamed(kwargs, unreachable, tmp_path / "processed", events.append)
+    assert (done.status, done.rc, done.worker_rc) == ("error", 1, 255)
+    assert done.said == ["ssh: connect to host runner1 port 22: No route to host"]
     assert events == []

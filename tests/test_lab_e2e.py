@@ -1149,6 +1149,92 @@ def test_a_stale_lock_is_taken_over_with_a_warning(lab: Path):
     assert lock_holder(lab) == {}
 
 
+RUNNER1, RUNNER2 = (f"corectl-labtest-e2e-runner{i}" for i in (1, 2))
+
+
+def jobs_on(container: str) -> list[str]:
+    """What a runner holds of corectl's jobs: worker directories and Ansible processes."""
+    left = docker_exec(
+        container, "sh", "-c", "ls -d /dev/shm/corectl-job-* 2>/dev/null; pgrep -fa ansible-", check=False
+    )
+    return left.split("\n")[:-1]
+
+
+def fanned_run_started(lab: Path, shard: str, proc: subprocess.Popen[str]) -> Path:
+    """The run directory, once ``shard`` has its first task result (its job runs on the runner)."""
+    holder = wait_for(lambda: lock_holder(lab), lambda h: bool(h.get("run")) or proc.poll() is not None, 120)
+    run_dir = Path(holder["run"])
+    events = run_dir / "shards" / shard / "artifacts" / "job_events"
+    wait_for(lambda: len(list(events.glob("*.json"))), lambda n: n > 20 or proc.poll() is not None, 300)
+    assert proc.poll() is None, proc.communicate()
+    return run_dir
+
+
+def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
+    """Issue 15: two runner stand-ins run a converged lab's provision, one shard per rack."""
+    single = [r for r in runs(lab) if r["command"] == "provision" and not r["limit"] and r["status"] == "successful"]
+    assert single, "no full provision from this host to compare with"
+    original = (lab / "cluster.yml").read_text()
+    options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
+    args = ["--inventory", str(lab)]
+    try:
+        corectl("lab", "up", *args, *options, "--runners", "2")
+        corectl("runners", "bootstrap", *args)
+        fanned = corectl("provision", *args)
+        record = runs(lab)[-1]
+        assert record["status"] == "successful", fanned.stdout
+        shards = [(s["name"], s["runner"], s["hosts"], s["status"]) for s in record["shards"]]
+        assert shards == [
+            ("services", "e2e-runner1", ["e2e-head01"], "successful"),
+            ("rack-rack1", "e2e-runner1", ["e2e-dgx01"], "successful"),
+            ("rack-rack2", "e2e-runner2", ["e2e-dgx02"], "successful"),
+        ]
+        # the same result as the run from this host: nothing changed, the same tasks on each host
+        counts = ("ok", "changed", "failed", "unreachable")
+        assert {h: [s[k] for k in counts] for h, s in record["hosts"].items()} == {
+            h: [s[k] for k in counts] for h, s in single[-1]["hosts"].items()
+        }, (record["hosts"], single[-1]["hosts"])
+        assert "shard rack-rack2 on runner e2e-runner2: successful, 1 host" in fanned.stdout
+        assert jobs_on(RUNNER1) == [] and jobs_on(RUNNER2) == []
+
+        # runner2 stops mid-run: its shard fails alone, named, with how to retry just its hosts
+        proc = subprocess.Popen(
+            [CORECTL, "provision", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        fanned_run_started(lab, "rack-rack2", proc)
+        subprocess.run(["docker", "kill", RUNNER2], capture_output=True, check=True)
+        out, err = proc.communicate(timeout=600)
+        CONSOLE.append(out + err)
+        assert proc.returncode == 1, (out, err)
+        assert err.splitlines()[-1] == (
+            f"error: provision failed (unreachable: e2e-dgx02); "
+            f"retry just those: corectl provision --inventory {lab} --limit e2e-dgx02"
+        )
+        record = runs(lab)[-1]
+        status = {s["name"]: s["status"] for s in record["shards"]}
+        assert status == {"services": "successful", "rack-rack1": "successful", "rack-rack2": "error"}, record
+        assert record["hosts"]["e2e-dgx01"]["failed"] == 0 and record["hosts"]["e2e-dgx01"]["unreachable"] == 0
+        assert record["messages"]["e2e-dgx02"].startswith("runner e2e-runner2: ")
+        subprocess.run(["docker", "start", RUNNER2], capture_output=True, check=True)
+
+        # Ctrl-C stops every shard: nothing of the jobs is left running or on disk on the runners
+        proc = subprocess.Popen(
+            [CORECTL, "provision", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        run_dir = fanned_run_started(lab, "services", proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        CONSOLE.append(out + err)
+        assert proc.returncode == 130, (out, err)
+        assert "Traceback" not in err
+        record = json.loads((run_dir / "corectl.json").read_text())
+        assert record["status"] == "canceled"
+        assert wait_for(lambda: jobs_on(RUNNER1), lambda left: left == [], 30) == []
+    finally:
+        (lab / "cluster.yml").write_text(original)
+        corectl("render", *args)
+
+
 def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
     """Last of the module: every secret source, in everything the runs above left behind."""
     site = resolve_site(str(lab))
@@ -1164,6 +1250,8 @@ def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
         "db password": values["corectl_slurm_db_password"].encode(),
         "ceph key": values["corectl_cephfs_client_keys"]["corectl"].encode(),
         "bmc password": values["corectl_bmc_credentials"]["password"].encode(),
+        # runner jobs carry the node key to ssh-agent (test_runners_fan_a_provision_out_...)
+        "node ssh key": (lab / ".lab" / "id_ed25519").read_text().splitlines()[1].encode(),
     }
     assert needles["bmc password"] == (lab / ".lab" / "bmc.password").read_bytes().strip()
     kept = [p for d in (lab / ".runs", lab / ".facts") for p in d.rglob("*") if p.is_file()]

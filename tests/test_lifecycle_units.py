@@ -93,7 +93,7 @@ def test_a_no_log_change_is_still_a_change():
     """Ansible censors a no_log result to a notice without "changed" (as in the munge key's task,
     recorded from a real run); its "changed: [host]" line is what says so."""
     from corectl.commands.provision import changes_from
-    from corectl.runner import _Tally
+    from corectl.runner import Tally
 
     notice = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
     censored = {"censored": notice}
@@ -102,7 +102,7 @@ def test_a_no_log_change_is_still_a_change():
     unchanged = {"event": "runner_on_ok", "stdout": "\x1b[0;32mok: [dgx02]\x1b[0m",
                  "event_data": {**data, "host": "dgx02"}}  # fmt: skip
     assert changes_from([changed, unchanged]) == {"dgx01": ["munge: Install the cluster's munge key"]}
-    tally = _Tally()
+    tally = Tally()
     tally(changed)
     tally(unchanged)
     assert (tally.hosts["dgx01"].changed, tally.hosts["dgx02"].changed) == (1, 0)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from corectl.progress import LiveProgress, outcome, overall
-from corectl.runner import _Tally
+from corectl.runner import Tally
 
 
 def play(name: str, pattern: str = "all") -> dict[str, Any]:
@@ -126,7 +126,7 @@ def test_outcome_of_each_result():
 
 
 def test_the_tally_counts_the_tasks_started():
-    tally = _Tally()
+    tally = Tally()
     for event in RUN:
         tally(event)
     assert tally.tasks == 4

@@ -136,6 +136,21 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_identities(config)
     problems += _check_slurm(config, nodes)
     problems += _check_storage(config)
+    problems += _check_control(config)
+    return problems
+
+
+def _check_control(config: ClusterConfig) -> list[Problem]:
+    if config.control is None:
+        return []
+    runners = config.control.runners
+    problems = _duplicates(((r.name, ("control", "runners", i, "name")) for i, r in enumerate(runners)), "runner name")
+    problems += _duplicates(
+        ((f"{r.host}:{r.port}", ("control", "runners", i, "host")) for i, r in enumerate(runners)), "runner endpoint"
+    )
+    if config.cluster.ssh.key is None:
+        needs = "runners need cluster.ssh.key (the key their jobs take to the nodes)"
+        problems.append(Problem(("control", "runners"), needs))
     return problems
 
 

@@ -52,6 +52,8 @@ app = typer.Typer(
 )
 lab_app = typer.Typer(help="The local stand-in cluster (systemd containers).", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
+runners_app = typer.Typer(help="Runner hosts that runs fan out over (cluster.yml control).", no_args_is_help=True)
+app.add_typer(runners_app, name="runners")
 upgrade_app = typer.Typer(help="Rolling, drain-aware upgrades.", no_args_is_help=True)
 app.add_typer(upgrade_app, name="upgrade")
 secrets_app = typer.Typer(help="Site secrets (munge key, database passwords), vault-encrypted.", no_args_is_help=True)
@@ -205,13 +207,16 @@ def provision(
     check: Annotated[bool, typer.Option("--check", help="dry run: change nothing")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="show the changes to files")] = False,
     wait: WaitOpt = 0,
+    local: Annotated[
+        bool, typer.Option("--local", help="run from this host even where cluster.yml names runner hosts")
+    ] = False,
 ) -> None:
-    """Validate, render and run the site playbook on the site's nodes."""
+    """Validate, render and run the site playbook on the site's nodes (through its runners, if any)."""
     from corectl.commands.provision import provision as run_provision
 
     site = _site(inventory)
     with _changing(site, wait):
-        result = run_provision(site, out, limit=limit, tags=tags, check=check, diff=diff)
+        result = run_provision(site, out, limit=limit, tags=tags, check=check, diff=diff, local=local)
     _require_ok(result, "provision", per_host=True)
 
 
@@ -589,6 +594,14 @@ def secrets_set_bmc(
     out.print(f"{site.name}: BMC credentials for {user} stored (vault-encrypted)")
 
 
+@runners_app.command("bootstrap")
+def runners_bootstrap(inventory: InventoryOpt = None) -> None:
+    """Install this host's ansible-core, ansible-runner and collections on every runner host."""
+    from corectl.commands.runners import bootstrap_runners
+
+    bootstrap_runners(_site(inventory), out)
+
+
 @lab_app.command("up")
 def lab_up(
     inventory: Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")] = "lab",
@@ -597,6 +610,9 @@ def lab_up(
     ssh_port_base: Annotated[int, typer.Option(help="head's sshd on 127.0.0.1:BASE, dgxNN on BASE+NN")] = 22100,
     prefix: Annotated[str, typer.Option(help="node name prefix (two labs on one machine need distinct names)")] = "",
     ceph: Annotated[bool, typer.Option("--ceph/--no-ceph", help="a stand-in Ceph cluster, mounted at /shared")] = True,
+    runners: Annotated[
+        int, typer.Option(min=0, max=8, help="runner host stand-ins; runs fan out over them, one shard per rack")
+    ] = 0,
     wait: WaitOpt = 0,
 ) -> None:
     """Start a head node and N DGX stand-ins and write the lab inventory for them."""
@@ -604,11 +620,13 @@ def lab_up(
     from corectl.lab.nodes import LabSpec
 
     site = _site(inventory)
-    spec = LabSpec(site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix, ceph=ceph)
+    spec = LabSpec(
+        site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix, ceph=ceph, runners=runners
+    )
     site.directory.mkdir(parents=True, exist_ok=True)  # a new lab's site: locked like any other
     with _changing(site, wait):
         started, ceph_address = start(spec)
-    for node in started:
+    for node in [*started, *spec.runner_hosts()]:
         out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     if ceph_address:
         out.print(f"{'ceph':8} {ceph_address:15} stand-in Ceph (mon, mgr, OSD, MDS): CephFS mounted at /shared")

@@ -24,10 +24,11 @@ import shlex
 import shutil
 import subprocess
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from corectl.runner import RunRequest, default_forks, playbook_options, selection, ssh_extra_args
 from corectl.secrets import SecretFiles
@@ -105,20 +106,38 @@ def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, va
     return kwargs
 
 
+@dataclass
+class Streamed:
+    """How a streamed job ended: its status, 0 or 1 for ansible-playbook's exit code, the
+    worker's exit code and the last lines it wrote to stderr (SSH's and the runner's own errors)."""
+
+    status: str
+    rc: int
+    worker_rc: int
+    said: list[str]
+
+
 def run_streamed(
-    kwargs: dict[str, Any], worker_argv: list[str], work_dir: Path, on_event: Callable[[dict[str, Any]], Any]
-) -> tuple[str, int]:
-    """Run a packed job through a worker: its status, and 0 or 1 for ansible-playbook's exit code.
+    kwargs: dict[str, Any],
+    worker_argv: list[str],
+    work_dir: Path,
+    on_event: Callable[[dict[str, Any]], Any],
+    on_start: Callable[[subprocess.Popen[bytes]], Any] | None = None,
+) -> Streamed:
+    """Run a packed job through a worker and follow it to its end.
 
     `transmit` writes straight into the worker's stdin (the stream holds the vault password, so
     it never touches the control host's disk); `process` reads the worker's stdout as it comes,
     so ``on_event`` sees each event live. ``worker_argv`` starts `ansible-runner worker`: here,
-    or on a runner host through SSH.
+    or on a runner host through SSH. ``on_start`` gets the worker process (to stop it).
     """
     import ansible_runner  # heavy import, only when a run happens
 
-    worker = subprocess.Popen(worker_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert worker.stdin is not None and worker.stdout is not None
+    worker = subprocess.Popen(worker_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert worker.stdin is not None and worker.stdout is not None and worker.stderr is not None
+    if on_start is not None:
+        on_start(worker)
+    said: deque[str] = deque(maxlen=5)
 
     def transmit() -> None:
         try:
@@ -129,8 +148,15 @@ def run_streamed(
             with contextlib.suppress(BrokenPipeError):
                 worker.stdin.close()
 
-    sender = threading.Thread(target=transmit, daemon=True)
-    sender.start()
+    def listen(stream: IO[bytes]) -> None:
+        for line in stream:
+            text = line.decode(errors="replace").strip()
+            if text:
+                said.append(text)
+
+    threads = [threading.Thread(target=transmit, daemon=True), threading.Thread(target=listen, args=(worker.stderr,))]
+    for thread in threads:
+        thread.start()
     try:
         result = ansible_runner.run(
             streamer="process",
@@ -139,11 +165,16 @@ def run_streamed(
             event_handler=lambda event: on_event(event) or True,
             quiet=True,
         )
+        status = str(result.status or "error")
+    except Exception as exc:  # a stream cut mid-way (a runner gone) breaks `process` anywhere
+        status = "error"
+        said.append(f"the job's stream broke off ({type(exc).__name__})")
     finally:
-        sender.join()
+        worker.stdout.close()
+        for thread in threads:
+            thread.join()
         worker.wait()
     # The stream carries the job's status, not ansible-playbook's exit code (the worker exits
     # non-zero for a failed job too). A worker that never ran (a runner not reachable) leaves the
     # stream empty, which `process` reports as "error".
-    status = str(result.status or "error")
-    return status, 0 if status == "successful" else 1
+    return Streamed(status, 0 if status == "successful" else 1, worker.returncode, list(said))

@@ -192,6 +192,30 @@ class Monitoring(Strict):
     retention: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[hdwy]$")] = "15d"
 
 
+class RunnerHost(Strict):
+    """A runner host: runs shards of a run with `ansible-runner worker` (docs/scale.md)."""
+
+    name: Identifier
+    host: HostAddress = Field(description="address corectl connects to over SSH")
+    port: Port = 22
+    user: PosixUser = Field("root", description="SSH login user on the runner (the site's cluster.ssh.key)")
+
+
+class Control(Strict):
+    """Runs fanned out over runner hosts (issue 15, docs/scale.md); without this section every
+    run goes from the control host itself."""
+
+    runners: list[RunnerHost] = Field(min_length=1, max_length=1000)
+    shard_by: Literal["leaf", "rack"] = Field("leaf", description="how compute nodes are grouped into shards")
+    node_endpoint: Literal["ssh", "address"] = Field(
+        "ssh",
+        description="how runners reach nodes: as the control host does (ssh) or at each node's cluster "
+        "address and cluster.ssh.port (address)",
+    )
+    runner_dir: AbsPath = Field("/var/lib/corectl-runner", description="where `corectl runners bootstrap` installs")
+    worker_dir: AbsPath = Field("/dev/shm", description="tmpfs directory for each job's private directory")
+
+
 class ClusterConfig(Strict):
     """The whole of inventories/<site>/cluster.yml."""
 
@@ -204,6 +228,7 @@ class ClusterConfig(Strict):
     users: list[User] = Field(default_factory=list)
     cephfs: Cephfs | None = None
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    control: Control | None = None
 
 
 class NodeBmc(BaseModel):

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from corectl.runner import RunResult, failure_detail, reported_change
+from corectl.runner import SHARD_KEY, RunResult, failure_detail, reported_change
 from corectl.words import counted
 
 FAILURES = ("failed", "unreachable")
@@ -90,7 +90,7 @@ class LiveProgress:
         self.title = title
         self.expected = expected
         self.clock = clock
-        self.play: PlayTally | None = None
+        self.plays: dict[str, PlayTally] = {}  # the current play of each shard ("" for a run without)
         self.task = ""
         self.tasks = 0
         self.hosts_changed: set[str] = set()
@@ -106,7 +106,8 @@ class LiveProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._end_play()  # a canceled run sends no playbook_on_stats
+        for shard in list(self.plays):
+            self._end_play(shard)  # a canceled run sends no playbook_on_stats
         if self._live is not None:
             self._live.__exit__(None, None, None)
 
@@ -122,24 +123,24 @@ class LiveProgress:
             f"{len(self.hosts_failed)}",
             (f" {overall(self.tasks, self.expected)}".rstrip(), "cyan"),
         )
-        play = f"{self.play.name} ({counted(len(self.play.hosts), 'host')} so far)" if self.play else ""
+        play = "; ".join(f"{p.name} ({counted(len(p.hosts), 'host')} so far)" for p in self.plays.values())
         return Group(line, Text(f"  play: {play}", style="dim"), Text(f"  task {self.tasks}: {self.task}"))
 
-    def _end_play(self) -> None:
+    def _end_play(self, shard: str) -> None:
         """The play's line, if it ran on any host."""
-        if self.play is not None and self.play.hosts:
+        play = self.plays.pop(shard, None)
+        if play is not None and play.hosts:
             note = "" if self._live is not None else overall(self.tasks, self.expected)
-            line = self.play.line(self.clock()) + (f"; {note}" if note else "")
-            self.console.print(line, highlight=False, soft_wrap=True)
-        self.play = None
+            line = play.line(self.clock()) + (f"; {note}" if note else "")
+            self.console.print(line, highlight=False, soft_wrap=True, markup=False)
 
-    def _host_event(self, event: dict[str, Any], host: str) -> None:
+    def _host_event(self, event: dict[str, Any], host: str, shard: str) -> None:
         self.hosts_seen.add(host)
         result = outcome(event)
         if result is None:
             return
-        if self.play is not None:
-            self.play.add(host, result)
+        if shard in self.plays:
+            self.plays[shard].add(host, result)
         if result == "changed":
             self.hosts_changed.add(host)
         elif result in FAILURES:
@@ -152,16 +153,18 @@ class LiveProgress:
         kind = str(event.get("event", ""))
         data = event.get("event_data") or {}
         host = data.get("host")
+        shard = str(event.get(SHARD_KEY, ""))
         if kind == "playbook_on_play_start":
-            self._end_play()
-            self.play = PlayTally(data.get("name") or data.get("play", ""), self.clock())
+            self._end_play(shard)
+            name = data.get("name") or data.get("play", "")
+            self.plays[shard] = PlayTally(f"[{shard}] {name}" if shard else name, self.clock())
         elif kind == "playbook_on_stats":
-            self._end_play()
+            self._end_play(shard)
         elif kind == "playbook_on_task_start":
             self.task = data.get("task", "")
             self.tasks += 1
         elif kind.startswith("runner_on_") and host:
-            self._host_event(event, host)
+            self._host_event(event, host, shard)
         if self._live is not None:
             self._live.update(self._render())
 

@@ -32,6 +32,7 @@ from corectl.site import Site
 KEEP_RUNS = 30
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
 EventSink = Callable[[dict[str, Any]], None]
+SHARD_KEY = "corectl_shard"  # added to the events of a fanned-out run: the shard they came from
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,18 @@ class HostStats:
 
 
 @dataclass
+class ShardOutcome:
+    """One shard of a fanned-out run (corectl.fanout): where it ran and how it ended."""
+
+    name: str
+    runner: str
+    hosts: list[str]
+    status: str
+    elapsed: float
+    error: str = ""  # why it did not finish: the runner unreachable, stale, gone mid-run, canceled
+
+
+@dataclass
 class RunResult:
     status: str
     rc: int
@@ -70,6 +83,7 @@ class RunResult:
     # host -> what Ansible said when the host failed or could not be reached (first message)
     messages: dict[str, str] = field(default_factory=dict)
     tasks: int = 0  # tasks the playbook started (playbook_on_task_start): a later run's expected total
+    shards: list[ShardOutcome] = field(default_factory=list)  # a fanned-out run's, in run order
 
     @property
     def failed_hosts(self) -> list[str]:
@@ -297,7 +311,7 @@ def failure_detail(event_data: dict[str, Any], unreachable: bool) -> str:
     return lines[-1] if unreachable else lines[0]
 
 
-class _Tally:
+class Tally:
     """Per-host counts taken from the task events as they come.
 
     Ansible's own totals (playbook_on_stats) arrive only when a playbook ends; a canceled or
@@ -335,7 +349,7 @@ class _Tally:
             self.messages[host] = f"{data.get('task', '')}: {detail}"[:300]
 
 
-class _Cancel:
+class Cancel:
     """Ctrl-C, SIGTERM and SIGHUP (a dropped SSH session) all ask ansible-runner to stop cleanly.
 
     The run then ends like any other: ansible-playbook is stopped, the run is recorded as
@@ -349,7 +363,7 @@ class _Cancel:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> _Cancel:
+    def __enter__(self) -> Cancel:
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -452,7 +466,7 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
     ident = new_ident()
     lock.note_run(site.runs_dir / ident)  # the site lock names the run its holder is in
     collected: dict[str, HostStats] = {}
-    tally = _Tally()
+    tally = Tally()
     started = time.monotonic()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -466,7 +480,7 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
 
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="corectl-run-"))
-        cancel = stack.enter_context(_Cancel())
+        cancel = stack.enter_context(Cancel())
         kwargs = build(Path(tmp), ident, stack)
         kwargs["rotate_artifacts"] = 0  # ansible-runner's rotation would remove runs in progress: prune_runs
         with _runner_environ():
@@ -527,7 +541,7 @@ def _path_with_ansible(guard: Path) -> str:
 def record(request: RunRequest, run: RunResult, started_at: str) -> None:
     """corectl.json beside ansible-runner's artifacts: what `corectl runs` will list."""
     run.artifact_dir.mkdir(parents=True, exist_ok=True)
-    data = {
+    data: dict[str, Any] = {
         "command": request.command,
         "playbook": request.playbook,
         "limit": request.limit,
@@ -541,4 +555,6 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
         "hosts": {host: asdict(stats) for host, stats in sorted(run.hosts.items())},
         "messages": dict(sorted(run.messages.items())),
     }
+    if run.shards:
+        data["shards"] = [asdict(shard) for shard in run.shards]
     atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)

@@ -29,9 +29,10 @@ from corectl.commands.history import expected_from_history
 from corectl.commands.inventory import render_site, validate
 from corectl.commands.nodes import set_state
 from corectl.errors import CorectlError
+from corectl.fanout import run_site
 from corectl.model import Cluster
 from corectl.progress import LiveProgress, summary_table
-from corectl.runner import RunRequest, RunResult, run_playbook
+from corectl.runner import RunRequest, RunResult
 from corectl.site import Site
 
 ADD_REASON = "corectl add-node: not yet checked"
@@ -43,7 +44,7 @@ def _step(site: Site, console: Console, title: str, **request: Any) -> RunResult
     with LiveProgress(
         console, title, expected_from_history(site, run.command, run.playbook, tags=run.tags)
     ) as progress:
-        result = run_playbook(run, sink=progress)
+        result = run_site(run, progress)
     console.print(summary_table(result))
     if not result.ok:
         failed = ", ".join(result.failed_hosts) or result.status

@@ -10,9 +10,11 @@ from rich.table import Table
 from corectl import secrets
 from corectl.commands.history import expected_from_history
 from corectl.commands.inventory import render_site
+from corectl.fanout import run_site
 from corectl.progress import LiveProgress, summary_table
-from corectl.runner import EventSink, RunRequest, RunResult, reported_change, run_playbook
+from corectl.runner import EventSink, RunRequest, RunResult, reported_change
 from corectl.site import Site
+from corectl.words import counted
 
 
 def provision(
@@ -26,8 +28,9 @@ def provision(
     playbook: str = "site.yml",
     command: str = "provision",
     on_event: EventSink | None = None,
+    local: bool = False,
 ) -> RunResult:
-    render_site(site, check_only=False)
+    cluster, _ = render_site(site, check_only=False)
     secrets.check(site)  # a missing or placeholder secret stops the run before any node is touched
     request = RunRequest(site=site, playbook=playbook, command=command, limit=limit, tags=tags, check=check, diff=diff)
     expected = expected_from_history(site, command, playbook, tags=tags, check=check)
@@ -38,13 +41,17 @@ def provision(
             if on_event is not None:
                 on_event(event)
 
-        result = run_playbook(request, sink=sink)
+        result = run_site(request, sink, cluster=cluster, local=local)
     console.print(summary_table(result))
     totals = (
         f"changed={result.changed} failed={len(result.failed_hosts)} hosts={len(result.hosts)} "
         f"artifacts={result.artifact_dir}"
     )
     console.print(totals, highlight=False, soft_wrap=True)
+    for shard in result.shards:
+        hosts = counted(len(shard.hosts), "host")
+        line = f"shard {shard.name} on runner {shard.runner}: {shard.status}, {hosts}, {shard.elapsed:.0f}s"
+        console.print(line + (f" ({shard.error})" if shard.error else ""), highlight=False, soft_wrap=True)
     return result
 
 

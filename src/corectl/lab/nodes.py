@@ -62,6 +62,8 @@ class LabSpec:
     prefix: str = ""
     # a stand-in Ceph cluster beside the nodes, mounted with ceph-fuse at /shared
     ceph: bool = False
+    # runner host stand-ins (cluster.yml control.runners): runs fan out over them, shard per rack
+    runners: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -96,6 +98,14 @@ class LabSpec:
             name = f"{self.prefix}dgx{i:02d}"
             out.append(LabNode(name, str(net.network_address + 10 + i), self.ssh_port_base + i, False))
         return out
+
+    def runner_hosts(self) -> list[LabNode]:
+        """Runner stand-ins: addresses from .40, SSH published 50 ports above the head's."""
+        net = ipaddress.IPv4Network(self.subnet)
+        return [
+            LabNode(f"{self.prefix}runner{i}", str(net.network_address + 40 + i), self.ssh_port_base + 50 + i, False)
+            for i in range(1, self.runners + 1)
+        ]
 
 
 LAB_USER = "alice"  # a declared user whose SSH key the lab keeps in .lab/ (try logins as a user)
@@ -144,6 +154,7 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
                 "profile": "head-standin" if n.head else "dgx-standin",
                 "roles": ["slurm_controller", "slurm_dbd", "login", "monitoring"] if n.head else ["compute"],
                 **({} if n.head else {"leaf": "leaf1", "bmc": bmc.declaration(n.address, index)}),
+                **({"rack": f"rack{(index - 1) % spec.runners + 1}"} if spec.runners and not n.head else {}),
                 "ssh": {"host": "127.0.0.1", "port": n.ssh_port},
             }
             for index, n in enumerate(nodes)
@@ -169,6 +180,19 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
         ],
         "monitoring": {"prometheus": True, "scrape_interval": "15s", "retention": "2d"},
+        **(
+            {
+                "control": {
+                    "runners": [{"name": r.name, "host": "127.0.0.1", "port": r.ssh_port} for r in spec.runner_hosts()],
+                    "shard_by": "rack",
+                    # runners sit on the lab network: they reach nodes at their addresses, not the
+                    # ports published on this machine's loopback
+                    "node_endpoint": "address",
+                }
+            }
+            if spec.runners
+            else {}
+        ),
         **(
             {
                 "cephfs": {
@@ -355,14 +379,15 @@ def _record_host_keys(spec: LabSpec) -> None:
     """known_hosts entries read out of band (docker exec), so SSH checks host keys from the start."""
     site = spec.site
     lines = []
-    kept_prefixes = {f"[127.0.0.1]:{n.ssh_port} " for n in spec.nodes()}
+    hosts = [*spec.nodes(), *spec.runner_hosts()]
+    kept_prefixes = {f"[127.0.0.1]:{n.ssh_port} " for n in hosts}
     if site.known_hosts.is_file():
         lines = [
             line
             for line in site.known_hosts.read_text().splitlines()
             if not any(line.startswith(prefix) for prefix in kept_prefixes)
         ]
-    for node in spec.nodes():
+    for node in hosts:
         key = docker("exec", spec.container(node.name), "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()
         lines.append(f"[127.0.0.1]:{node.ssh_port} {key[0]} {key[1]}")
     atomic_write(site.known_hosts, ("\n".join(lines) + "\n").encode(), 0o600)
@@ -371,7 +396,7 @@ def _record_host_keys(spec: LabSpec) -> None:
 def _check_ssh(spec: LabSpec, key: Path) -> None:
     if shutil.which("ssh") is None:
         raise CorectlError("the ssh client is missing on this machine (apt-get install openssh-client)")
-    for node in spec.nodes():
+    for node in [*spec.nodes(), *spec.runner_hosts()]:
         for _attempt in range(10):
             proc = subprocess.run(
                 [
@@ -437,13 +462,14 @@ def _start_bmcs(spec: LabSpec, nodes: list[LabNode]) -> None:
 
 def _start_nodes(spec: LabSpec, nodes: list[LabNode], image: str, key: Path) -> None:
     public_key = key.with_suffix(".pub").read_text()
-    for node in nodes:
+    runners = spec.runner_hosts()
+    for node in [*nodes, *runners]:
         start_container(spec, node.name, node.address, image, node.ssh_port)
-    for node in nodes:
+    for node in [*nodes, *runners]:
         container = spec.container(node.name)
         wait_booted(container)
         _authorize(container, public_key)
-        if not node.head:
+        if not node.head and node not in runners:
             _ensure_gpu_devices(container)
     _record_host_keys(spec)
     _check_ssh(spec, key)
@@ -453,7 +479,7 @@ SPEC_FILE = "spec.json"
 
 
 def _save_spec(spec: LabSpec) -> None:
-    data = {k: getattr(spec, k) for k in ("computes", "subnet", "ssh_port_base", "prefix", "ceph")}
+    data = {k: getattr(spec, k) for k in ("computes", "subnet", "ssh_port_base", "prefix", "ceph", "runners")}
     spec.site.lab_dir.mkdir(parents=True, exist_ok=True)
     (spec.site.lab_dir / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 

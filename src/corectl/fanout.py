@@ -1,0 +1,264 @@
+"""A run fanned out over runner hosts (cluster.yml `control:`): one run, many shards.
+
+Each shard (corectl.shards) is packed (corectl.jobpack), streamed over SSH into
+`ansible-runner worker` on its runner and its events processed here as they come, tagged with
+the shard's name, into the one live progress and the one run record (.runs/<id>/corectl.json,
+with a "shards" list; each shard's own ansible-runner artifacts under .runs/<id>/shards/).
+
+A shard whose runner cannot be reached, is not at the control host's versions or goes away
+mid-run fails alone: its hosts are reported unreachable with the reason, so the usual "retry
+just those" line names exactly them. Ctrl-C, SIGTERM and SIGHUP stop every shard: the local
+SSH is closed and each runner is told to stop its job and remove the job's directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from subprocess import Popen, TimeoutExpired
+from typing import Any
+
+from corectl import lock, runnerhost, shards
+from corectl.bootstrap import endpoint, public_key
+from corectl.errors import CorectlError
+from corectl.jobpack import RunnerSide, pack, run_streamed
+from corectl.loader import load_cluster
+from corectl.model import Cluster, Control
+from corectl.runner import (
+    SHARD_KEY,
+    Cancel,
+    EventSink,
+    HostStats,
+    RunRequest,
+    RunResult,
+    ShardOutcome,
+    Tally,
+    new_ident,
+    prune_runs,
+    record,
+    run_playbook,
+    stats_from_event,
+)
+from corectl.secrets import SecretFiles, vault_password
+from corectl.site import Site
+
+NODE_KEY_NAME = "corectl-node-key.pub"  # in the job's inventory/site/: the agent holds its private half
+
+
+@functools.cache
+def _ansible_plugins() -> None:
+    """Ansible's plugin loader, set up once per process (a second set-up warns)."""
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+
+
+def targets(site: Site, limit: str | None) -> list[str]:
+    """The nodes a run reaches: the inventory's hosts, narrowed by ``limit`` as Ansible does."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    _ansible_plugins()
+    inventory = InventoryManager(loader=DataLoader(), sources=[str(site.hosts_file)])
+    if limit:
+        inventory.subset(limit)
+    names = [host.name for host in inventory.get_hosts("all")]
+    if not names:
+        raise CorectlError(f"--limit {limit}: matches no node of {site.hosts_file}", exit_code=2)
+    return names
+
+
+def key_file(site: Site, cluster: Cluster) -> Path:
+    key = cluster.config.cluster.ssh.key
+    if not key:
+        raise CorectlError("cluster.ssh.key is not set in cluster.yml: runners take that key to the nodes", exit_code=2)
+    path = Path(key).expanduser()
+    return path if path.is_absolute() else site.directory / path
+
+
+@dataclass
+class _Job:
+    """What one shard needs beyond the request, and what stops it."""
+
+    site: Site
+    cluster: Cluster
+    control: Control
+    ident: str
+    digest: str
+    password: str | None
+    sink: EventSink
+    cancel: Cancel
+    active: dict[str, tuple[Popen[bytes], PurePosixPath, shards.Shard]] = field(default_factory=dict)
+    guard: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _adapt(job: _Job, kwargs: dict[str, Any], pack_dir: Path, remote: PurePosixPath) -> None:
+    """The runner's view: the node key through ssh-agent, and (node_endpoint: address) the nodes
+    at their cluster addresses, their host keys copied from the site's known_hosts entries."""
+    site_dir = pack_dir / "inventory" / "site"
+    (site_dir / NODE_KEY_NAME).write_text(public_key(job.site, job.cluster) + "\n", encoding="utf-8")
+    kwargs["ssh_key"] = key_file(job.site, job.cluster).read_text(encoding="utf-8")
+    extravars = kwargs.setdefault("extravars", {})
+    extravars["ansible_ssh_private_key_file"] = str(remote / "inventory" / "site" / NODE_KEY_NAME)
+    if job.control.node_endpoint == "address":
+        port = job.cluster.config.cluster.ssh.port
+        extravars["ansible_host"] = "{{ corectl_address }}"
+        extravars["ansible_port"] = port
+        known = site_dir / "known_hosts"
+        lines = known.read_text(encoding="utf-8").splitlines() if known.is_file() else []
+        keys = {line.split()[0]: line.split(maxsplit=1)[1] for line in lines if len(line.split()) >= 3}
+        for node in job.cluster.nodes:
+            if endpoint(node) in keys:
+                name = node.address if port == 22 else f"[{node.address}]:{port}"
+                lines.append(f"{name} {keys[endpoint(node)]}")
+        known.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutcome:
+    started = time.monotonic()
+    if job.cancel():
+        return ShardOutcome(shard.name, shard.runner.name, list(shard.hosts), "canceled", 0.0, "not started")
+    control, site = job.control, job.site
+    remote = PurePosixPath(control.worker_dir) / f"corectl-job-{job.ident}-{shard.name}"
+    side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath(control.runner_dir) / "facts" / site.name)
+    shard_dir = site.runs_dir / job.ident / "shards" / shard.name
+    shard_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_event(event: dict[str, Any]) -> None:
+        event[SHARD_KEY] = shard.name
+        with job.guard:
+            job.sink(event)
+
+    def on_start(worker: Popen[bytes]) -> None:
+        with job.guard:
+            job.active[shard.name] = (worker, remote, shard)
+
+    with tempfile.TemporaryDirectory(prefix="corectl-pack-") as tmp:
+        pack_dir = Path(tmp) / "job"
+        kwargs = pack(replace(request, limit=",".join(shard.hosts)), pack_dir, job.ident, side, job.password)
+        _adapt(job, kwargs, pack_dir, remote)
+        command = runnerhost.worker_command(control, remote, job.digest)
+        argv = runnerhost.ssh_argv(site, shard.runner, key_file(site, job.cluster), command)
+        done = run_streamed(kwargs, argv, shard_dir, on_event, on_start)
+    with job.guard:
+        job.active.pop(shard.name, None)
+    elapsed = time.monotonic() - started
+    if job.cancel():
+        return ShardOutcome(shard.name, shard.runner.name, list(shard.hosts), "canceled", elapsed, "canceled")
+    error = ""
+    if done.status not in ("successful", "failed"):  # the job broke off: SSH's or the runner's own last word
+        error = done.said[-1] if done.said else f"worker exit {done.worker_rc}"
+    return ShardOutcome(shard.name, shard.runner.name, list(shard.hosts), done.status, elapsed, error)
+
+
+def _stop_all(job: _Job) -> None:
+    """Close every shard's SSH and have its runner stop the job and remove the job's directory."""
+    with job.guard:
+        active = list(job.active.values())
+    key = key_file(job.site, job.cluster)
+    stoppers = []
+    for worker, remote, shard in active:
+        worker.kill()
+        argv = runnerhost.ssh_argv(job.site, shard.runner, key, runnerhost.cancel_command(remote))
+        stoppers.append(Popen(argv, stdin=-3, stdout=-3, stderr=-3))  # DEVNULL
+    for stopper in stoppers:
+        try:
+            stopper.wait(timeout=30)
+        except TimeoutExpired:
+            stopper.kill()
+
+
+def _run_phase(job: _Job, request: RunRequest, phase: list[shards.Shard]) -> list[ShardOutcome]:
+    """Different runners side by side; one runner's shards one after another."""
+    by_runner: dict[str, list[shards.Shard]] = {}
+    for shard in phase:
+        by_runner.setdefault(shard.runner.name, []).append(shard)
+    outcomes: dict[str, ShardOutcome] = {}
+
+    def work(queue: list[shards.Shard]) -> None:
+        for shard in queue:
+            outcomes[shard.name] = _run_shard(job, request, shard)
+
+    threads = [threading.Thread(target=work, args=(queue,), daemon=True) for queue in by_runner.values()]
+    for thread in threads:
+        thread.start()
+    stopped = False
+    while any(thread.is_alive() for thread in threads):
+        for thread in threads:
+            thread.join(timeout=0.2)
+        if job.cancel() and not stopped:
+            stopped = True
+            _stop_all(job)
+    return [outcomes[shard.name] for shard in phase]
+
+
+def _host_results(tally: Tally, finals: dict[str, HostStats], outcomes: list[ShardOutcome]) -> dict[str, HostStats]:
+    """Ansible's totals where a shard's playbook ended, else what its events showed; the hosts of
+    a shard that broke off (and did not fail on their own) count as unreachable."""
+    hosts = {**tally.hosts, **finals}
+    for outcome in outcomes:
+        if outcome.status in ("successful", "failed", "canceled"):
+            continue
+        for host in outcome.hosts:
+            stats = hosts.setdefault(host, HostStats())
+            if not (stats.failed or stats.unreachable):
+                stats.unreachable += 1
+                tally.messages.setdefault(host, f"runner {outcome.runner}: {outcome.error}"[:300])
+    return hosts
+
+
+def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = None) -> RunResult:
+    """Run ``request`` shard by shard on the site's runner hosts; one RunResult, one run record."""
+    site, control = request.site, cluster.config.control
+    if control is None:
+        raise CorectlError(f"{site.cluster_file}: no control.runners to fan the run out to")
+    plan = shards.plan(cluster, targets(site, request.limit), control)
+    password = vault_password(SecretFiles(site)).decode() if request.secrets else None
+    site.runs_dir.mkdir(parents=True, exist_ok=True)
+    ident = new_ident()
+    run_dir = site.runs_dir / ident
+    run_dir.mkdir()
+    lock.note_run(run_dir)
+    tally = Tally()
+    finals: dict[str, HostStats] = {}
+
+    def on_event(event: dict[str, Any]) -> None:
+        tally(event)
+        if event.get("event") == "playbook_on_stats":
+            finals.update(stats_from_event(event.get("event_data", {})))
+        if sink is not None:
+            sink(event)
+
+    started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    outcomes: list[ShardOutcome] = []
+    with Cancel() as cancel:
+        job = _Job(site, cluster, control, ident, runnerhost.stamp(), password, on_event, cancel)
+        for phase in (1, 2):
+            outcomes += _run_phase(job, request, [s for s in plan if s.phase == phase])
+    hosts = _host_results(tally, finals, outcomes)
+    if cancel.requested.is_set():
+        status, rc = "canceled", cancel.exit_code
+    elif all(o.status == "successful" for o in outcomes):
+        status, rc = "successful", 0
+    else:
+        status, rc = "failed", 2
+    run = RunResult(status, rc, hosts, run_dir, time.monotonic() - started, tally.messages, tally.tasks, outcomes)
+    record(request, run, started_at)
+    prune_runs(site.runs_dir)
+    return run
+
+
+def run_site(
+    request: RunRequest, sink: EventSink | None = None, *, cluster: Cluster | None = None, local: bool = False
+) -> RunResult:
+    """A run of the site: fanned out when cluster.yml names runners (unless ``local``), else here."""
+    if not local:
+        cluster = cluster or load_cluster(request.site.directory)
+        if cluster.config.control is not None:
+            return run_fanned(request, cluster, sink)
+    return run_playbook(request, sink=sink)

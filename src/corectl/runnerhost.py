@@ -1,0 +1,198 @@
+"""Runner hosts (cluster.yml `control.runners`): how corectl installs onto them and reaches them.
+
+`corectl runners bootstrap` copies the control host's own ansible-core, ansible-runner (with
+their dependencies, file for file, from corectl's Python environment) and the collections the
+roles use into ``runner_dir``; a stamp names those exact versions. Every job checks the stamp
+before the worker starts, so a runner left behind by an upgrade of the control host refuses the
+job instead of running other versions. The runner needs only python3 of the same minor version
+and OpenSSH's client (ssh, ssh-agent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from corectl.errors import CorectlError
+from corectl.model import Control, RunnerHost
+from corectl.site import Site
+
+TOP_PACKAGES = ("ansible-runner", "ansible-core")
+# The collections the roles and playbooks name (tests/test_runnerhost.py scans them for others).
+COLLECTIONS = ("ansible.posix", "community.general", "community.mysql")
+ENTRY_POINTS = ("ansible-runner", "ansible-playbook")
+PLAIN_PATH = re.compile(r"^[A-Za-z0-9._/@+-]+$")
+STALE_EXIT = 97  # the worker's exit when the runner's stamp is not the control host's
+CONNECT_TIMEOUT = 10
+
+
+def closure(top: tuple[str, ...] = TOP_PACKAGES) -> list[metadata.Distribution]:
+    """The installed distributions ``top`` needs, dependencies included (markers evaluated here)."""
+    seen: dict[str, metadata.Distribution] = {}
+    todo = list(top)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise CorectlError(f"{name}: not installed beside corectl (run `make setup`)") from None
+        seen[name] = dist
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return [seen[name] for name in sorted(seen)]
+
+
+def _collections_root() -> Path:
+    """The `ansible` package's collections, beside corectl."""
+    try:
+        return Path(str(metadata.distribution("ansible").locate_file("ansible_collections")))
+    except metadata.PackageNotFoundError:
+        raise CorectlError("ansible (the collections): not installed beside corectl (run `make setup`)") from None
+
+
+def collection_versions() -> dict[str, str]:
+    root = _collections_root()
+    versions = {}
+    for fqcn in COLLECTIONS:
+        manifest = root.joinpath(*fqcn.split("."), "MANIFEST.json")
+        if not manifest.is_file():
+            raise CorectlError(f"collection {fqcn}: not installed beside corectl (run `make setup`)")
+        versions[fqcn] = json.loads(manifest.read_text(encoding="utf-8"))["collection_info"]["version"]
+    return versions
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def stamp() -> str:
+    """What a runner must hold: Python minor version, every distribution and collection version."""
+    pins = {
+        "python": python_version(),
+        "packages": {dist.metadata["Name"]: dist.version for dist in closure()},
+        "collections": collection_versions(),
+    }
+    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _script(entry: str, runner_dir: PurePosixPath) -> bytes:
+    target = next(ep for ep in metadata.entry_points(group="console_scripts") if ep.name == entry)
+    module, _, attr = target.value.partition(":")
+    return (
+        f"#!/usr/bin/env python3\n# corectl runners bootstrap: {entry} from {runner_dir}/lib\n"
+        f"import sys\nsys.path.insert(0, {str(runner_dir / 'lib')!r})\n"
+        f"from {module} import {attr}\nsys.exit({attr}())\n"
+    ).encode()
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), mode
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _payload_files() -> Iterator[tuple[str, Path]]:
+    for dist in closure():
+        for item in dist.files or []:
+            if item.parts[0] == ".." or "__pycache__" in item.parts:
+                continue  # console scripts (rewritten below) and compiled caches
+            path = Path(str(dist.locate_file(item)))
+            if path.is_file():
+                yield f"lib/{item.as_posix()}", path
+    root = _collections_root()
+    for fqcn in COLLECTIONS:
+        base = root.joinpath(*fqcn.split("."))
+        for path in sorted(base.rglob("*")):
+            relative = path.relative_to(root)
+            if path.is_file() and not {"__pycache__", "tests", "docs"}.intersection(relative.parts):
+                yield f"lib/ansible_collections/{relative.as_posix()}", path
+
+
+def payload(runner_dir: PurePosixPath) -> bytes:
+    """The gzipped tar `runners bootstrap` unpacks into ``runner_dir``/new."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
+        for name, path in _payload_files():
+            _add(tar, name, path.read_bytes())
+        _add(tar, "lib/ansible_collections/__init__.py", b"")
+        for entry in ENTRY_POINTS:
+            _add(tar, f"bin/{entry}", _script(entry, runner_dir), 0o755)
+    return buffer.getvalue()
+
+
+def install_script(control: Control, digest: str) -> str:
+    """Run on the runner (sh, the payload on stdin): unpack beside the old install, swap, stamp."""
+    d = shlex.quote(control.runner_dir)
+    major, minor = sys.version_info.major, sys.version_info.minor
+    return (
+        "set -eu; umask 022; "
+        f"python3 -c 'import sys; sys.exit(sys.version_info[:2] != ({major}, {minor}))' "
+        f"|| {{ echo 'python3 on this runner is not {major}.{minor}, the control host'\"'\"'s' >&2; exit 3; }}; "
+        "command -v ssh-agent >/dev/null || { echo 'ssh-agent missing (install openssh-client)' >&2; exit 3; }; "
+        f"mkdir -p {d}; rm -f {d}/stamp; rm -rf {d}/new; mkdir {d}/new; tar -xzf - -C {d}/new; "
+        f"rm -rf {d}/lib {d}/bin; mv {d}/new/lib {d}/lib; mv {d}/new/bin {d}/bin; rmdir {d}/new; "
+        f"mkdir -p -m 0700 {d}/facts; echo {digest} > {d}/stamp"
+    )
+
+
+def worker_command(control: Control, remote_dir: PurePosixPath, digest: str) -> str:
+    """The remote command of one job: refuse a stale runner, else `ansible-runner worker --delete`."""
+    d = shlex.quote(control.runner_dir)
+    return (
+        f'umask 077; test "$(cat {d}/stamp 2>/dev/null)" = {digest} || '
+        f"{{ echo 'runner is not at the control host'\"'\"'s versions: run corectl runners bootstrap' >&2; "
+        f"exit {STALE_EXIT}; }}; "
+        f"PATH={d}/bin:$PATH exec ansible-runner worker --private-data-dir {shlex.quote(str(remote_dir))} --delete"
+    )
+
+
+def cancel_command(remote_dir: PurePosixPath) -> str:
+    """Stop a job's worker and Ansible, then remove its directory (the vault password's file).
+
+    The path is written as ``/[d]ev/shm/...``: a regular expression for pkill and a glob for rm
+    that both name the directory, while this command's own text does not match the expression
+    (pkill would otherwise stop the shell running it). Paths here are corectl's own: no quoting.
+    """
+    path = str(remote_dir)
+    if not path.startswith("/") or len(path) < 3 or not PLAIN_PATH.match(path):
+        raise ValueError(f"not a plain absolute path: {path!r}")
+    masked = f"/[{path[1]}]{path[2:]}"
+    return f"pkill -TERM -f {masked}; sleep 1; pkill -KILL -f {masked}; rm -rf {masked}; true"
+
+
+def ssh_argv(site: Site, runner: RunnerHost, key: Path | None, command: str) -> list[str]:
+    """ssh to a runner with the site's key, its host key checked against the site's known_hosts."""
+    argv = [
+        "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
+        "-o", f"UserKnownHostsFile={site.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+        "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
+        "-p", str(runner.port), "-l", runner.user,
+    ]  # fmt: skip
+    if key is not None:
+        argv += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
+    return [*argv, runner.host, command]
+
+
+def run_on(site: Site, runner: RunnerHost, key: Path | None, command: str, data: bytes = b"") -> str:
+    """Run ``command`` on a runner; its stdout, or a one-line error naming the runner."""
+    proc = subprocess.run(ssh_argv(site, runner, key, command), input=data, capture_output=True, check=False)
+    if proc.returncode != 0:
+        said = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise CorectlError(f"runner {runner.name} ({runner.host}): {said[-1] if said else f'exit {proc.returncode}'}")
+    return proc.stdout.decode(errors="replace")

@@ -1,0 +1,134 @@
+"""Fan-out over runner hosts (cluster.yml control): shard planning, validation, the runner side.
+
+The runs themselves go through real SSH to runner stand-ins in tests/test_lab_e2e.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+
+import pytest
+from typer.testing import CliRunner
+
+from corectl import runnerhost, shards
+from corectl.cli import app
+from corectl.commands.inventory import render_site
+from corectl.fanout import targets
+from corectl.loader import load_cluster
+from corectl.model import Control, RunnerHost
+from corectl.site import Site
+
+CONTROL = """
+control:
+  runners:
+    - {name: r1, host: 10.10.0.201}
+    - {name: r2, host: 10.10.0.202}
+  shard_by: SHARD
+"""
+
+
+def _control(shard_by: str = "leaf", count: int = 2) -> Control:
+    runners = [RunnerHost(name=f"r{i}", host=f"10.10.0.{200 + i}") for i in range(1, count + 1)]
+    return Control(runners=runners, shard_by=shard_by)
+
+
+def test_services_first_then_one_shard_per_leaf_round_robin(root: Path):
+    cluster = load_cluster(root / "inventories" / "prod")
+    plan = shards.plan(cluster, [n.name for n in cluster.nodes], _control("leaf"))
+    assert [(s.name, s.phase, s.runner.name) for s in plan] == [
+        ("services", 1, "r1"),
+        ("leaf-leaf1", 2, "r1"),
+        ("leaf-leaf2", 2, "r2"),
+    ]
+    assert plan[0].hosts == ("head01",)
+    assert plan[1].hosts == tuple(f"dgx{i:02d}" for i in range(1, 7))
+    every = [h for s in plan for h in s.hosts]
+    assert sorted(every) == sorted(n.name for n in cluster.nodes)  # each host in exactly one shard
+
+
+def test_rack_shards_and_a_narrowed_run(root: Path):
+    cluster = load_cluster(root / "inventories" / "prod")
+    plan = shards.plan(cluster, ["dgx02", "dgx08", "dgx09"], _control("rack", count=1))
+    assert [(s.name, s.runner.name, s.hosts) for s in plan] == [
+        ("rack-r01", "r1", ("dgx02",)),
+        ("rack-r02", "r1", ("dgx08", "dgx09")),
+    ]
+
+
+def test_nodes_without_a_leaf_share_one_shard(root: Path):
+    cluster = load_cluster(root / "inventories" / "prod")
+    plan = shards.plan(cluster, ["head01", "dgx01"], _control("leaf"))
+    assert [(s.name, s.hosts) for s in plan] == [("services", ("head01",)), ("leaf-leaf1", ("dgx01",))]
+    no_rack = shards.plan(cluster.model_copy(), ["dgx01"], Control(runners=_control().runners, shard_by="rack"))
+    assert no_rack[0].name == "rack-r01"
+
+
+def test_targets_narrow_like_ansible(prod_copy: Path, root: Path):
+    site = Site(root=root, directory=prod_copy)
+    render_site(site, check_only=False)
+    assert targets(site, None)[0] == "dgx01" and len(targets(site, None)) == 13
+    assert sorted(targets(site, "compute:!dgx0*")) == ["dgx10", "dgx11", "dgx12"]
+
+
+def test_a_limit_that_matches_nothing_is_refused(prod_copy: Path, root: Path):
+    site = Site(root=root, directory=prod_copy)
+    render_site(site, check_only=False)
+    with pytest.raises(Exception, match="matches no node"):
+        targets(site, "dgx99")
+
+
+@pytest.mark.parametrize(
+    ("section", "path", "words"),
+    [
+        (CONTROL.replace("SHARD", "leaf").replace("name: r2", "name: r1"), "control.runners[1].name", "duplicate"),
+        (CONTROL.replace("SHARD", "switch"), "control.shard_by", "'leaf' or 'rack'"),
+        (CONTROL.replace("SHARD", "leaf").replace("10.10.0.202", "10.10.0.201"), "control.runners[1].host", "dup"),
+        (CONTROL.replace("SHARD", "leaf") + "  bogus: 1\n", "control.bogus", "unknown key"),
+    ],
+)
+def test_a_bad_control_section_is_a_file_line_error(prod_copy: Path, section: str, path: str, words: str):
+    cluster_yml = prod_copy / "cluster.yml"
+    cluster_yml.write_text(cluster_yml.read_text() + section)
+    result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert re.match(rf"^\S*cluster\.yml:\d+: {re.escape(path)}: .*{re.escape(words)}", line), line
+    assert "Traceback" not in result.output
+
+
+def test_runners_need_the_site_key(prod_copy: Path):
+    cluster_yml = prod_copy / "cluster.yml"
+    text = cluster_yml.read_text().replace("    key: ~/.ssh/corectl_ed25519\n", "")
+    cluster_yml.write_text(text + CONTROL.replace("SHARD", "leaf"))
+    result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
+    assert result.exit_code == 2
+    assert "control.runners: runners need cluster.ssh.key" in result.output
+
+
+def test_the_runner_payload_holds_every_collection_the_roles_name(root: Path):
+    named = set()
+    for path in [*root.glob("roles/**/*.yml"), *root.glob("playbooks/*.yml")]:
+        named |= set(re.findall(r"\b([a-z_]+\.[a-z_]+)\.[a-z_]+:", path.read_text()))
+    named -= {"ansible.builtin"}
+    named = {n for n in named if n.split(".")[0] in ("ansible", "community", "containers", "kubernetes")}
+    assert named <= set(runnerhost.COLLECTIONS), f"add to runnerhost.COLLECTIONS: {named - set(runnerhost.COLLECTIONS)}"
+
+
+def test_the_cancel_command_names_the_job_but_not_itself():
+    remote = PurePosixPath("/dev/shm/corectl-job-20261124T101010Z-42-rack-rack1")
+    command = runnerhost.cancel_command(remote)
+    pattern = command.split()[3].rstrip(";")
+    assert re.search(pattern, f"ansible-runner worker --private-data-dir {remote} --delete")
+    assert re.search(pattern, command) is None  # pkill -f would otherwise stop its own shell
+    with pytest.raises(ValueError):
+        runnerhost.cancel_command(PurePosixPath("/tmp/x; reboot"))
+
+
+def test_a_job_checks_the_runner_stamp_before_the_worker_starts():
+    control = _control()
+    command = runnerhost.worker_command(control, PurePosixPath("/dev/shm/corectl-job-x"), "0123abcd")
+    check, _, rest = command.partition("||")
+    assert "cat /var/lib/corectl-runner/stamp" in check and "= 0123abcd" in check
+    assert f"exit {runnerhost.STALE_EXIT}" in rest
+    assert rest.strip().endswith("ansible-runner worker --private-data-dir /dev/shm/corectl-job-x --delete")
