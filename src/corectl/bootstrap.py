@@ -72,13 +72,17 @@ def record_key(known_hosts: Path, name: str, key: paramiko.PKey) -> None:
     atomic_write(known_hosts, ("\n".join(lines) + "\n").encode(), 0o600)
 
 
-def public_key(site: Site, cluster: Cluster) -> str:
+def key_path(site: Site, cluster: Cluster, needed_for: str) -> Path:
+    """cluster.ssh.key as a path (relative paths are relative to the site directory)."""
     key = cluster.config.cluster.ssh.key
     if not key:
-        raise CorectlError("cluster.ssh.key is not set in cluster.yml: bootstrap installs that key's .pub", exit_code=2)
+        raise CorectlError(f"cluster.ssh.key is not set in cluster.yml: {needed_for}", exit_code=2)
     path = Path(key).expanduser()
-    if not path.is_absolute():
-        path = site.directory / path
+    return path if path.is_absolute() else site.directory / path
+
+
+def public_key(site: Site, cluster: Cluster) -> str:
+    path = key_path(site, cluster, "bootstrap installs that key's .pub")
     pub = path.with_name(path.name + ".pub")
     if not pub.is_file():
         raise CorectlError(f"{pub}: missing (bootstrap installs corectl's public key from there)", exit_code=2)

@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from subprocess import Popen, TimeoutExpired
+from subprocess import DEVNULL, Popen, TimeoutExpired
 from typing import Any
 
 from corectl import lock, runnerhost, shards
-from corectl.bootstrap import endpoint, public_key
+from corectl.bootstrap import endpoint, key_path, public_key
 from corectl.errors import CorectlError
 from corectl.jobpack import RunnerSide, pack, run_streamed
 from corectl.loader import load_cluster
@@ -73,12 +73,23 @@ def targets(site: Site, limit: str | None) -> list[str]:
     return names
 
 
-def key_file(site: Site, cluster: Cluster) -> Path:
-    key = cluster.config.cluster.ssh.key
-    if not key:
-        raise CorectlError("cluster.ssh.key is not set in cluster.yml: runners take that key to the nodes", exit_code=2)
-    path = Path(key).expanduser()
-    return path if path.is_absolute() else site.directory / path
+@dataclass(frozen=True)
+class NodeKey:
+    """The site's node key as runner jobs use it: its path here (also for SSH to the runners),
+    its private half (into each job's ssh-agent) and its public half (in each job's inventory)."""
+
+    path: Path
+    private: str
+    public: str
+
+
+def node_key(site: Site, cluster: Cluster) -> NodeKey:
+    path = key_path(site, cluster, "runners take that key to the nodes")
+    try:
+        private = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CorectlError(f"{path}: cannot read the node key ({exc.strerror})", exit_code=2) from None
+    return NodeKey(path, private, public_key(site, cluster))
 
 
 @dataclass
@@ -91,6 +102,7 @@ class _Job:
     ident: str
     digest: str
     password: str | None
+    key: NodeKey
     sink: EventSink
     cancel: Cancel
     active: dict[str, tuple[Popen[bytes], PurePosixPath, shards.Shard]] = field(default_factory=dict)
@@ -101,8 +113,8 @@ def _adapt(job: _Job, kwargs: dict[str, Any], pack_dir: Path, remote: PurePosixP
     """The runner's view: the node key through ssh-agent, and (node_endpoint: address) the nodes
     at their cluster addresses, their host keys copied from the site's known_hosts entries."""
     site_dir = pack_dir / "inventory" / "site"
-    (site_dir / NODE_KEY_NAME).write_text(public_key(job.site, job.cluster) + "\n", encoding="utf-8")
-    kwargs["ssh_key"] = key_file(job.site, job.cluster).read_text(encoding="utf-8")
+    (site_dir / NODE_KEY_NAME).write_text(job.key.public + "\n", encoding="utf-8")
+    kwargs["ssh_key"] = job.key.private
     extravars = kwargs.setdefault("extravars", {})
     extravars["ansible_ssh_private_key_file"] = str(remote / "inventory" / "site" / NODE_KEY_NAME)
     if job.control.node_endpoint == "address":
@@ -143,7 +155,7 @@ def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutc
         kwargs = pack(replace(request, limit=",".join(shard.hosts)), pack_dir, job.ident, side, job.password)
         _adapt(job, kwargs, pack_dir, remote)
         command = runnerhost.worker_command(control, remote, job.digest)
-        argv = runnerhost.ssh_argv(site, shard.runner, key_file(site, job.cluster), command)
+        argv = runnerhost.ssh_argv(site, shard.runner, job.key.path, command)
         done = run_streamed(kwargs, argv, shard_dir, on_event, on_start)
     with job.guard:
         job.active.pop(shard.name, None)
@@ -160,12 +172,11 @@ def _stop_all(job: _Job) -> None:
     """Close every shard's SSH and have its runner stop the job and remove the job's directory."""
     with job.guard:
         active = list(job.active.values())
-    key = key_file(job.site, job.cluster)
     stoppers = []
     for worker, remote, shard in active:
         worker.kill()
-        argv = runnerhost.ssh_argv(job.site, shard.runner, key, runnerhost.cancel_command(remote))
-        stoppers.append(Popen(argv, stdin=-3, stdout=-3, stderr=-3))  # DEVNULL
+        argv = runnerhost.ssh_argv(job.site, shard.runner, job.key.path, runnerhost.cancel_command(remote))
+        stoppers.append(Popen(argv, stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL))
     for stopper in stoppers:
         try:
             stopper.wait(timeout=30)
@@ -182,7 +193,11 @@ def _run_phase(job: _Job, request: RunRequest, phase: list[shards.Shard]) -> lis
 
     def work(queue: list[shards.Shard]) -> None:
         for shard in queue:
-            outcomes[shard.name] = _run_shard(job, request, shard)
+            try:
+                outcomes[shard.name] = _run_shard(job, request, shard)
+            except (OSError, CorectlError) as exc:  # packing or starting the job here failed
+                hosts = list(shard.hosts)
+                outcomes[shard.name] = ShardOutcome(shard.name, shard.runner.name, hosts, "error", 0.0, str(exc))
 
     threads = [threading.Thread(target=work, args=(queue,), daemon=True) for queue in by_runner.values()]
     for thread in threads:
@@ -219,6 +234,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
         raise CorectlError(f"{site.cluster_file}: no control.runners to fan the run out to")
     plan = shards.plan(cluster, targets(site, request.limit), control)
     password = vault_password(SecretFiles(site)).decode() if request.secrets else None
+    key = node_key(site, cluster)  # before any shard starts: a missing key is one error, not one per shard
     site.runs_dir.mkdir(parents=True, exist_ok=True)
     ident = new_ident()
     run_dir = site.runs_dir / ident
@@ -237,7 +253,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
     outcomes: list[ShardOutcome] = []
     with Cancel() as cancel:
-        job = _Job(site, cluster, control, ident, runnerhost.stamp(), password, on_event, cancel)
+        job = _Job(site, cluster, control, ident, runnerhost.stamp(), password, key, on_event, cancel)
         for phase in (1, 2):
             outcomes += _run_phase(job, request, [s for s in plan if s.phase == phase])
     hosts = _host_results(tally, finals, outcomes)

@@ -12,7 +12,7 @@ from corectl import runnerhost
 from corectl.bootstrap import fingerprint, known_key, record_key
 from corectl.commands.inventory import validate
 from corectl.errors import CorectlError
-from corectl.fanout import key_file
+from corectl.fanout import node_key
 from corectl.model import RunnerHost
 from corectl.site import Site
 
@@ -46,7 +46,7 @@ def bootstrap_runners(site: Site, console: Console) -> None:
     control = cluster.config.control
     if control is None:
         raise CorectlError(f"{site.cluster_file}: no control.runners section; nothing to bootstrap", exit_code=2)
-    key = key_file(site, cluster)
+    key = node_key(site, cluster).path
     digest = runnerhost.stamp()
     data = runnerhost.payload(PurePosixPath(control.runner_dir))
     for runner in control.runners:  # one at a time: known_hosts is one file
