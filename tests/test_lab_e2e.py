@@ -1193,7 +1193,12 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
     original = (lab / "cluster.yml").read_text()
     options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
     try:
+        # lab up rewrites the site's group_vars and host_vars too: keep what earlier tests set there
+        # (the rolling upgrade's nvidia_driver_version)
+        kept = {path: path.read_text() for path in [*lab.glob("group_vars/*.yml"), *lab.glob("host_vars/*.yml")]}
         corectl("lab", "up", *args, *options, "--runners", "2")
+        for path, text in kept.items():
+            path.write_text(text)
         corectl("runners", "bootstrap", *args)
         fanned = corectl("provision", *args)
         record = runs(lab)[-1]
