@@ -42,7 +42,6 @@ from corectl.runner import (
     prune_runs,
     record,
     run_playbook,
-    stats_from_event,
 )
 from corectl.secrets import SecretFiles, vault_password
 from corectl.site import Site
@@ -212,10 +211,10 @@ def _run_phase(job: _Job, request: RunRequest, phase: list[shards.Shard]) -> lis
     return [outcomes[shard.name] for shard in phase]
 
 
-def _host_results(tally: Tally, finals: dict[str, HostStats], outcomes: list[ShardOutcome]) -> dict[str, HostStats]:
+def _host_results(tally: Tally, outcomes: list[ShardOutcome]) -> dict[str, HostStats]:
     """Ansible's totals where a shard's playbook ended, else what its events showed; the hosts of
     a shard that broke off (and did not fail on their own) count as unreachable."""
-    hosts = {**tally.hosts, **finals}
+    hosts = {**tally.hosts, **tally.finals}
     for outcome in outcomes:
         if outcome.status in ("successful", "failed", "canceled"):
             continue
@@ -241,12 +240,9 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     run_dir.mkdir()
     lock.note_run(run_dir)
     tally = Tally()
-    finals: dict[str, HostStats] = {}
 
     def on_event(event: dict[str, Any]) -> None:
         tally(event)
-        if event.get("event") == "playbook_on_stats":
-            finals.update(stats_from_event(event.get("event_data", {})))
         if sink is not None:
             sink(event)
 
@@ -256,7 +252,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
         job = _Job(site, cluster, control, ident, runnerhost.stamp(), password, key, on_event, cancel)
         for phase in (1, 2):
             outcomes += _run_phase(job, request, [s for s in plan if s.phase == phase])
-    hosts = _host_results(tally, finals, outcomes)
+    hosts = _host_results(tally, outcomes)
     if cancel.requested.is_set():
         status, rc = "canceled", cancel.exit_code
     elif all(o.status == "successful" for o in outcomes):

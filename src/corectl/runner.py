@@ -327,12 +327,15 @@ class Tally:
 
     def __init__(self) -> None:
         self.hosts: dict[str, HostStats] = {}
+        self.finals: dict[str, HostStats] = {}  # Ansible's own totals, from each playbook_on_stats
         self.messages: dict[str, str] = {}
         self.tasks = 0
 
     def __call__(self, event: dict[str, Any]) -> None:
         if event.get("event") == "playbook_on_task_start":
             self.tasks += 1
+        if event.get("event") == "playbook_on_stats":
+            self.finals.update(stats_from_event(event.get("event_data", {})))
         data = event.get("event_data") or {}
         host, kind = data.get("host"), self.KINDS.get(str(event.get("event")))
         if not host or kind is None:
@@ -465,15 +468,12 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
     site.runs_dir.mkdir(parents=True, exist_ok=True)
     ident = new_ident()
     lock.note_run(site.runs_dir / ident)  # the site lock names the run its holder is in
-    collected: dict[str, HostStats] = {}
     tally = Tally()
     started = time.monotonic()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     def on_event(event: dict[str, Any]) -> bool:
         tally(event)
-        if event.get("event") == "playbook_on_stats":
-            collected.update(stats_from_event(event.get("event_data", {})))
         if sink is not None:
             sink(event)
         return True  # keep the event: ansible-runner drops it (and the stats) otherwise
@@ -488,7 +488,7 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
         status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
         if cancel.requested.is_set():
             status, rc = "canceled", cancel.exit_code
-    hosts = collected or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
+    hosts = tally.finals or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
     run = RunResult(status, rc, hosts, site.runs_dir / ident, time.monotonic() - started, tally.messages, tally.tasks)
     record(request, run, started_at)
     prune_runs(site.runs_dir)
