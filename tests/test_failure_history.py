@@ -405,17 +405,17 @@ def test_two_processes_appending_at_once_lose_no_row(site: Site):
 
 @pytest.fixture
 def fake_health(monkeypatch: pytest.MonkeyPatch, site: Site) -> str:
-    """run_playbook replaced: dgx01 healthy, dgx07 fails xid and ecc; returns the run's id."""
+    """The run replaced: dgx01 healthy, dgx07 fails xid and ecc; returns the run's id."""
     run_id = "20261123T100000Z-4242"
 
-    def run_playbook(request: RunRequest, sink: Any = None) -> RunResult:
-        out = Path(request.extravars["corectl_health_out"])
-        (out / "dgx01.json").write_text(json.dumps(report("dgx01")))
-        (out / "dgx07.json").write_text(json.dumps(report("dgx07", ("xid", XID), ("ecc", ECC))))
-        hosts = {"dgx01": HostStats(ok=2), "dgx07": HostStats(ok=2)}
+    def run_site(request: RunRequest, sink: Any = None, **_: Any) -> RunResult:
+        for node, said in [("dgx01", report("dgx01")), ("dgx07", report("dgx07", ("xid", XID), ("ecc", ECC)))]:
+            res = {"rc": 0 if said["ok"] else 1, "stdout": json.dumps(said)}
+            sink({"event": "runner_on_ok", "event_data": {"host": node, "task": health_mod.CHECK_TASK, "res": res}})
+        hosts = {"dgx01": HostStats(ok=1), "dgx07": HostStats(ok=1)}
         return RunResult("successful", 0, hosts, site.runs_dir / run_id, 1.0)
 
-    monkeypatch.setattr(health_mod, "run_playbook", run_playbook)
+    monkeypatch.setattr(health_mod, "run_site", run_site)
     return run_id
 
 

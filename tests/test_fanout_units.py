@@ -11,12 +11,12 @@ from pathlib import Path, PurePosixPath
 import pytest
 from typer.testing import CliRunner
 
-from corectl import runnerhost, shards
+from corectl import fanout, runnerhost, shards
 from corectl.cli import app
 from corectl.commands.inventory import render_site
 from corectl.fanout import targets
 from corectl.loader import load_cluster
-from corectl.model import Control, RunnerHost
+from corectl.model import Cluster, Control, Node, RunnerHost
 from corectl.site import Site
 
 CONTROL = """
@@ -49,10 +49,55 @@ def test_services_first_then_one_shard_per_leaf_round_robin(root: Path):
 
 def test_rack_shards_and_a_narrowed_run(root: Path):
     cluster = load_cluster(root / "inventories" / "prod")
+    # one runner: its two racks share one job (one ansible-playbook), named after the runner
     plan = shards.plan(cluster, ["dgx02", "dgx08", "dgx09"], _control("rack", count=1))
+    assert [(s.name, s.runner.name, s.hosts, s.groups) for s in plan] == [
+        ("r1-1", "r1", ("dgx02", "dgx08", "dgx09"), ("rack-r01", "rack-r02")),
+    ]
+    # two runners: a rack each, each shard named after its rack
+    plan = shards.plan(cluster, ["dgx02", "dgx08", "dgx09"], _control("rack", count=2))
     assert [(s.name, s.runner.name, s.hosts) for s in plan] == [
         ("rack-r01", "r1", ("dgx02",)),
-        ("rack-r02", "r1", ("dgx08", "dgx09")),
+        ("rack-r02", "r2", ("dgx08", "dgx09")),
+    ]
+
+
+def _fleet(racks: int, per_rack: int) -> Cluster:
+    """A cluster of ``racks`` racks of ``per_rack`` compute nodes and one head node."""
+    head = Node.model_construct(name="head", roles=("slurm_controller",), rack=None, leaf=None)
+    nodes = [
+        Node.model_construct(name=f"n{r:03d}{i}", roles=("compute",), rack=f"r{r:03d}", leaf=None)
+        for r in range(racks)
+        for i in range(per_rack)
+    ]
+    return Cluster.model_construct(nodes=(head, *nodes))
+
+
+def test_many_small_racks_make_one_job_per_runner_up_to_shard_hosts():
+    cluster = _fleet(racks=250, per_rack=4)  # 1,000 compute nodes in four-node racks
+    control = Control(runners=_control(count=2).runners, shard_by="rack", shard_hosts=300)
+    plan = shards.plan(cluster, [n.name for n in cluster.nodes], control)
+    compute = [s for s in plan if s.phase == 2]
+    assert [(s.name, s.runner.name, len(s.hosts), len(s.groups)) for s in compute] == [
+        ("r1-1", "r1", 300, 75),
+        ("r1-2", "r1", 200, 50),
+        ("r2-1", "r2", 300, 75),
+        ("r2-2", "r2", 200, 50),
+    ]
+    assert compute[0].groups[:2] == ("rack-r000", "rack-r002")  # dealt alternately, kept whole
+    every = [h for s in plan for h in s.hosts]
+    assert sorted(every) == sorted(n.name for n in cluster.nodes)
+
+
+def test_a_rack_larger_than_shard_hosts_is_cut_into_parts():
+    cluster = _fleet(racks=1, per_rack=7)
+    control = Control(runners=_control(count=2).runners, shard_by="rack", shard_hosts=3)
+    plan = shards.plan(cluster, [n.name for n in cluster.nodes], control)
+    assert [(s.name, s.runner.name, s.hosts) for s in plan] == [
+        ("services", "r1", ("head",)),
+        ("rack-r000.1", "r1", ("n0000", "n0001", "n0002")),
+        ("rack-r000.3", "r1", ("n0006",)),
+        ("rack-r000.2", "r2", ("n0003", "n0004", "n0005")),
     ]
 
 
@@ -132,3 +177,19 @@ def test_a_job_checks_the_runner_stamp_before_the_worker_starts():
     assert "cat /var/lib/corectl-runner/stamp" in check and "= 0123abcd" in check
     assert f"exit {runnerhost.STALE_EXIT}" in rest
     assert rest.strip().endswith("ansible-runner worker --private-data-dir /dev/shm/corectl-job-x --delete")
+
+
+def test_under_mitogen_runner_jobs_get_mitogen_from_their_bootstrap(monkeypatch: pytest.MonkeyPatch):
+    """CORECTL_ACCELERATOR=mitogen reaches the runners: the payload holds Mitogen, jobs name it."""
+    names = {dist.metadata["Name"] for dist in runnerhost.closure()}
+    assert {"ansible-core", "ansible-runner", "mitogen"} <= names  # mitogen: the dev install has it
+    control = Control(runners=_control().runners, runner_dir="/opt/corectl-runner")
+    monkeypatch.setenv("CORECTL_ACCELERATOR", "mitogen")
+    assert fanout.runner_accelerator(control) == {
+        "ANSIBLE_STRATEGY": "mitogen_linear",
+        "ANSIBLE_STRATEGY_PLUGINS": "/opt/corectl-runner/lib/ansible_mitogen/plugins/strategy",
+    }
+    files = {name for name, _ in runnerhost._payload_files()}
+    assert "lib/ansible_mitogen/plugins/strategy/mitogen_linear.py" in files
+    monkeypatch.setenv("CORECTL_ACCELERATOR", "none")
+    assert fanout.runner_accelerator(control) is None

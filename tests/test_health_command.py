@@ -14,13 +14,14 @@ from typer.testing import CliRunner
 from corectl.cli import app
 from corectl.commands import health as health_mod
 from corectl.commands.health import (
+    CHECK_TASK,
     check_columns,
     collect,
     health_json,
     health_table,
     normalize,
-    read_reports,
     render_report,
+    report_from_result,
 )
 from corectl.runner import HostStats, RunRequest, RunResult
 
@@ -70,13 +71,21 @@ def test_normalize_recomputes_ok_and_cleans_up():
     assert normalize("dgx01", "garbage")["ok"] is False
 
 
-def test_read_reports(tmp_path: Path):
-    (tmp_path / "dgx01.json").write_text(json.dumps(HEALTHY))
-    (tmp_path / "dgx02.json").write_text("{not json")
-    reports = read_reports(tmp_path)
-    assert reports["dgx01"]["ok"] is True
-    assert reports["dgx02"]["checks"][0]["name"] == "checker"
-    assert reports["dgx02"]["checks"][0]["message"].startswith("unreadable result")
+def test_a_report_comes_from_the_check_tasks_result():
+    """What the event stream carries of `Run corectl-health-check` (command module results)."""
+    assert report_from_result("dgx01", {"rc": 0, "stdout": json.dumps(HEALTHY)})["ok"] is True
+    assert report_from_result("dgx02", {"rc": 1, "stdout": json.dumps(LOST_GPU)})["ok"] is False
+    broken = report_from_result("dgx03", {"rc": 0, "stdout": "{not json"})
+    assert broken["checks"][0]["name"] == "checker"
+    assert broken["checks"][0]["message"].startswith("unreadable result")
+    missing = {"rc": 2, "stdout": "", "stderr": "", "msg": "Error executing command.",
+               "cmd": "/usr/local/sbin/corectl-health-check --json"}  # fmt: skip
+    assert report_from_result("dgx04", missing)["checks"][0]["message"] == (
+        "cannot execute /usr/local/sbin/corectl-health-check (not installed? run: corectl provision --tags health)"
+    )
+    crashed = {"rc": 3, "stdout": "", "stderr": "Traceback ...\nKeyError: 'gpus'", "msg": "non-zero return code",
+               "cmd": ["/opt/check", "--json"]}  # fmt: skip
+    assert report_from_result("dgx05", crashed)["checks"][0]["message"] == "check failed (rc 3): KeyError: 'gpus'"
 
 
 def test_collect_marks_unreachable_and_silent_nodes():
@@ -198,22 +207,26 @@ def test_json_shape():
 # --------------------------------------------------------------------------- the command, with Ansible faked
 
 
+def check_event(host: str, report: dict[str, Any], rc: int) -> dict[str, Any]:
+    """The event of playbooks/health.yml's check task on ``host``, its checker having said ``report``."""
+    res = {"rc": rc, "stdout": json.dumps(report), "stderr": "", "cmd": ["/usr/local/sbin/corectl-health-check"]}
+    return {"event": "runner_on_ok", "event_data": {"host": host, "task": CHECK_TASK, "res": res}}
+
+
 @pytest.fixture
 def fake_run(monkeypatch: pytest.MonkeyPatch) -> list[RunRequest]:
-    """run_playbook replaced: dgx01 healthy, dgx02 lost a GPU, dgx03 unreachable."""
+    """The run replaced: dgx01 healthy, dgx02 lost a GPU, dgx03 unreachable."""
     seen: list[RunRequest] = []
 
-    def run_playbook(request: RunRequest, sink: Any = None) -> RunResult:
+    def run_site(request: RunRequest, sink: Any = None, **_: Any) -> RunResult:
         seen.append(request)
-        out = Path(request.extravars["corectl_health_out"])
-        (out / "dgx01.json").write_text(json.dumps(HEALTHY))
-        (out / "dgx02.json").write_text(json.dumps(LOST_GPU))
-        if sink is not None:
-            sink({"event": "runner_on_unreachable", "event_data": {"host": "dgx03", "res": {"msg": "no route"}}})
-        hosts = {"dgx01": HostStats(ok=2), "dgx02": HostStats(ok=2), "dgx03": HostStats(unreachable=1)}
-        return RunResult("successful", 0, hosts, out, 1.0)
+        sink(check_event("dgx01", HEALTHY, rc=0))
+        sink(check_event("dgx02", LOST_GPU, rc=1))
+        sink({"event": "runner_on_unreachable", "event_data": {"host": "dgx03", "res": {"msg": "no route"}}})
+        hosts = {"dgx01": HostStats(ok=1), "dgx02": HostStats(ok=1), "dgx03": HostStats(unreachable=1)}
+        return RunResult("successful", 0, hosts, Path("/nonexistent/run"), 1.0)
 
-    monkeypatch.setattr(health_mod, "run_playbook", run_playbook)
+    monkeypatch.setattr(health_mod, "run_site", run_site)
     return seen
 
 

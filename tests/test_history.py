@@ -129,6 +129,34 @@ def test_show_run_of_a_run_that_changed_nothing_says_so_in_one_line(tmp_path: Pa
     assert ", successful," in lines[0]
 
 
+def test_a_fanned_out_runs_shards_and_their_hosts_are_shown(tmp_path: Path, root: Path):
+    """corectl.fanout keeps each shard's events under shards/<shard>/ and lists the shards."""
+    site = Site(root=root, directory=tmp_path / "site")
+    shards = [
+        {"name": "services", "runner": "r1", "hosts": ["head01"], "status": "successful", "error": ""},
+        {"name": "rack-r1", "runner": "r1", "hosts": ["dgx01", "dgx02"], "status": "successful", "error": ""},
+        {"name": "rack-r2", "runner": "r2", "hosts": ["dgx03"], "status": "error", "error": "Connection refused"},
+    ]
+    run = _fake_run(site, LAST_NIGHT, [], shards=shards)
+    for shard, events in [("services", EVENTS[6:7]), ("rack-r1", [EVENTS[4], EVENTS[14]])]:
+        where = run / "shards" / shard / "artifacts" / "job_events"
+        where.mkdir(parents=True)
+        for event in events:
+            (where / f"{event['counter']}-{uuid.uuid4()}.json").write_text(json.dumps(event))
+    lines = _text(show_run(site, "last")).splitlines()
+    assert lines[1:] == [
+        "  shard services on runner r1: successful, head01",
+        "  shard rack-r1 on runner r1: successful, dgx[01-02]",
+        "  shard rack-r2 on runner r2: error, dgx03 (Connection refused)",
+        "dgx01",
+        f"  changed: {BASE} / Set the time zone",
+        f"  changed: {COMPUTE} / Write slurm.conf",
+        "  not listed: no task results",
+        "no changes on head01: 1 ok",
+    ]
+    assert "failed (3 shards, 1 broke off)" in _text(runs_table(site, 5))
+
+
 def test_show_run_finds_a_run_by_prefix_or_last_and_names_near_ones_otherwise(tmp_path: Path, root: Path):
     site = Site(root=root, directory=tmp_path / "site")
     ids = ["20261121T220000Z-100", "20261122T220000Z-200", "20261122T230000Z-300", LAST_NIGHT]

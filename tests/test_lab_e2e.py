@@ -1110,15 +1110,19 @@ def test_one_changing_command_per_site_and_ctrl_c_cancels_cleanly(lab: Path):
 def test_a_killed_provision_leaves_no_secret_and_the_next_one_converges(lab: Path, tmp_path: Path):
     """SIGKILL (no clean-up at all) at a random point of a provision: the private directory it
     leaves holds no secret, the lock is taken over, and the next provision changes nothing."""
-    delay = random.Random().uniform(5, 40)
-    print(f"killing the provision {delay:.1f} s after its first task result")
+    # the point is counted in events, not seconds: a converged provision of this lab writes ~1,500,
+    # and a delay in seconds could outlast the whole run (the kill then finds nothing to kill)
+    point = random.Random().randint(20, 700)
+    print(f"killing the provision after {point} of its events")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [CORECTL, "provision", "--inventory", str(lab)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     holder = wait_for(lambda: lock_holder(lab), lambda h: bool(h.get("run")), 60)
+    events = Path(holder["run"]) / "job_events"
     wait_for(lambda: hosts_reached(Path(holder["run"])), bool, 60)
-    time.sleep(delay)
+    wait_for(lambda: len(list(events.glob("*.json"))), lambda n: n >= point or proc.poll() is not None, 300)
+    assert proc.poll() is None, "the provision ended before the kill"
     proc.kill()
     proc.wait(timeout=30)
 
@@ -1184,14 +1188,11 @@ def fanned_run_started(lab: Path, shard: str, proc: subprocess.Popen[str]) -> Pa
 
 
 def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
-    """Issue 15: two runner stand-ins run a converged lab's provision, one shard per rack."""
+    """Issue 15: two runner stand-ins each provision half of a lab of head + 4 DGX (a rack each)."""
     args = ["--inventory", str(lab)]
-    corectl("provision", *args)  # converged: the run to compare with
-    single = runs(lab)[-1]
-    single_dir = lab / ".runs" / sorted(p.parent.name for p in (lab / ".runs").glob("*/corectl.json"))[-1]
-    assert single["status"] == "successful" and not any(h["changed"] for h in single["hosts"].values()), single
     original = (lab / "cluster.yml").read_text()
-    options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
+    options = ["--nodes", "4", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
+    every = {"e2e-head01", *(f"e2e-dgx0{i}" for i in range(1, 5))}
     try:
         # lab up rewrites the site's group_vars and host_vars too: keep what earlier tests set there
         # (the rolling upgrade's nvidia_driver_version)
@@ -1200,43 +1201,76 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         for path, text in kept.items():
             path.write_text(text)
         corectl("runners", "bootstrap", *args)
+        # two more DGX: the runners provision them (and the converged rest) from scratch
+        first = corectl("provision", *args)
+        record = runs(lab)[-1]
+        assert record["status"] == "successful", first.stdout
+        assert set(record["hosts"]) == every
+        assert [(s["name"], s["runner"], s["hosts"], s["groups"], s["status"]) for s in record["shards"]] == [
+            ("services", "e2e-runner1", ["e2e-head01"], [], "successful"),
+            ("e2e-runner1-1", "e2e-runner1", ["e2e-dgx01", "e2e-dgx03"], ["rack-rack1", "rack-rack3"], "successful"),
+            ("e2e-runner2-1", "e2e-runner2", ["e2e-dgx02", "e2e-dgx04"], ["rack-rack2", "rack-rack4"], "successful"),
+        ]
+        assert record["hosts"]["e2e-dgx04"]["changed"] > 50, record["hosts"]  # a fresh node, made whole
+        assert "shard e2e-runner2-1 (rack-rack2, rack-rack4) on runner e2e-runner2: successful, 2 hosts" in first.stdout
+        assert docker_exec(HEAD, "srun", "--nodelist=e2e-dgx04", "hostname").strip() == "e2e-dgx04"
+
+        # the same result as a run from this host: nothing changed, the same tasks on each host,
+        # but for fact gathering (the runners' fact caches and this host's differ in age)
+        single = corectl("provision", *args, "--local")
+        single_dir = lab / ".runs" / sorted(p.parent.name for p in (lab / ".runs").glob("*/corectl.json"))[-1]
+        reference = runs(lab)[-1]
+        assert "shards" not in reference, single.stdout
+        assert reference["status"] == "successful" and not any(h["changed"] for h in reference["hosts"].values())
         fanned = corectl("provision", *args)
         record = runs(lab)[-1]
         assert record["status"] == "successful", fanned.stdout
-        shards = [(s["name"], s["runner"], s["hosts"], s["status"]) for s in record["shards"]]
-        assert shards == [
-            ("services", "e2e-runner1", ["e2e-head01"], "successful"),
-            ("rack-rack1", "e2e-runner1", ["e2e-dgx01"], "successful"),
-            ("rack-rack2", "e2e-runner2", ["e2e-dgx02"], "successful"),
-        ]
-        # the same result as the run from this host: nothing changed, the same tasks on each host,
-        # but for fact gathering: the runners' fact caches start cold, this host's is warm
         counts = ("ok", "changed", "failed", "unreachable")
         fanned_dir = lab / ".runs" / sorted(p.parent.name for p in (lab / ".runs").glob("*/corectl.json"))[-1]
         extra = {h: int(h in gathered(fanned_dir)) - int(h in gathered(single_dir)) for h in record["hosts"]}
         assert {h: [s[k] - (extra[h] if k == "ok" else 0) for k in counts] for h, s in record["hosts"].items()} == {
-            h: [s[k] for k in counts] for h, s in single["hosts"].items()
-        }, (record["hosts"], single["hosts"], extra)
-        assert "shard rack-rack2 on runner e2e-runner2: successful, 1 host" in fanned.stdout
+            h: [s[k] for k in counts] for h, s in reference["hosts"].items()
+        }, (record["hosts"], reference["hosts"], extra)
+        assert set(record["hosts"]) == every
         # nothing of the jobs stays on the runners (a job's ssh-agent sees its parent gone within 10 s)
         for runner in (RUNNER1, RUNNER2):
             assert wait_for(lambda r=runner: jobs_on(r), lambda left: left == [], 30) == []
+        # corectl runs tells the shards apart
+        shown = corectl("runs", *args, "--show", "last").stdout
+        assert "shard e2e-runner2-1 on runner e2e-runner2: successful, e2e-dgx[02,04]" in shown, shown
+        # health and the driver upgrade go through the runners too; health's reports travel in
+        # the event stream (the new nodes' clocks may take a moment to sync: retried)
+        rc, report = wait_for(lambda: health_report(lab), lambda r: r[0] == 0, 240)
+        assert rc == 0 and sorted(report["nodes"]) == sorted(every - {"e2e-head01"}), report
+        record = runs(lab)[-1]
+        assert record["command"] == "health" and [s["name"] for s in record["shards"]] == [
+            "e2e-runner1-1",
+            "e2e-runner2-1",
+        ]
+        upgrade = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx03,e2e-dgx04", "--batch", "2").stdout
+        record = runs(lab)[-1]
+        assert record["command"] == "upgrade drivers e2e-dgx[03-04]" and record["status"] == "successful", upgrade
+        assert [(s["runner"], s["hosts"]) for s in record["shards"]] == [
+            ("e2e-runner1", ["e2e-dgx03"]),
+            ("e2e-runner2", ["e2e-dgx04"]),
+        ]
 
         # runner2 stops mid-run: its shard fails alone, named, with how to retry just its hosts
         proc = start_provision(args)
-        fanned_run_started(lab, "rack-rack2", proc)
+        fanned_run_started(lab, "e2e-runner2-1", proc)
         subprocess.run(["docker", "kill", RUNNER2], capture_output=True, check=True)
         out, err = proc.communicate(timeout=600)
         CONSOLE.append(out + err)
         assert proc.returncode == 1, (out, err)
         assert err.splitlines()[-1] == (
-            f"error: provision failed (unreachable: e2e-dgx02); "
-            f"retry just those: corectl provision --inventory {lab} --limit e2e-dgx02"
+            f"error: provision failed (unreachable: e2e-dgx02, e2e-dgx04); "
+            f"retry just those: corectl provision --inventory {lab} --limit e2e-dgx02,e2e-dgx04"
         )
         record = runs(lab)[-1]
         status = {s["name"]: s["status"] for s in record["shards"]}
-        assert status == {"services": "successful", "rack-rack1": "successful", "rack-rack2": "error"}, record
-        assert record["hosts"]["e2e-dgx01"]["failed"] == 0 and record["hosts"]["e2e-dgx01"]["unreachable"] == 0
+        assert status == {"services": "successful", "e2e-runner1-1": "successful", "e2e-runner2-1": "error"}, record
+        for host in ("e2e-dgx01", "e2e-dgx03"):
+            assert record["hosts"][host]["failed"] == 0 and record["hosts"][host]["unreachable"] == 0
         assert record["messages"]["e2e-dgx02"].startswith("runner e2e-runner2: ")
         subprocess.run(["docker", "start", RUNNER2], capture_output=True, check=True)
 

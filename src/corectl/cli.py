@@ -611,7 +611,7 @@ def lab_up(
     prefix: Annotated[str, typer.Option(help="node name prefix (two labs on one machine need distinct names)")] = "",
     ceph: Annotated[bool, typer.Option("--ceph/--no-ceph", help="a stand-in Ceph cluster, mounted at /shared")] = True,
     runners: Annotated[
-        int, typer.Option(min=0, max=8, help="runner host stand-ins; runs fan out over them, one shard per rack")
+        int, typer.Option(min=0, max=8, help="runner host stand-ins; runs fan out over them, a rack per DGX")
     ] = 0,
     wait: WaitOpt = 0,
 ) -> None:

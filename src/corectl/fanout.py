@@ -38,6 +38,7 @@ from corectl.runner import (
     RunResult,
     ShardOutcome,
     Tally,
+    accelerator_env,
     new_ident,
     prune_runs,
     record,
@@ -104,6 +105,7 @@ class _Job:
     key: NodeKey
     sink: EventSink
     cancel: Cancel
+    accelerator: dict[str, str] | None = None
     active: dict[str, tuple[Popen[bytes], PurePosixPath, shards.Shard]] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -130,13 +132,27 @@ def _adapt(job: _Job, kwargs: dict[str, Any], pack_dir: Path, remote: PurePosixP
         known.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _outcome(shard: shards.Shard, status: str, elapsed: float, error: str) -> ShardOutcome:
+    hosts, groups = list(shard.hosts), list(shard.groups)
+    return ShardOutcome(shard.name, shard.runner.name, hosts, status, elapsed, error, groups)
+
+
+def runner_accelerator(control: Control) -> dict[str, str] | None:
+    """CORECTL_ACCELERATOR's settings for jobs on the runners (Mitogen is in their bootstrap)."""
+    here = accelerator_env()
+    if "ANSIBLE_STRATEGY" not in here:
+        return None
+    return {**here, "ANSIBLE_STRATEGY_PLUGINS": str(runnerhost.strategy_plugins(control))}
+
+
 def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutcome:
     started = time.monotonic()
     if job.cancel():
-        return ShardOutcome(shard.name, shard.runner.name, list(shard.hosts), "canceled", 0.0, "not started")
+        return _outcome(shard, "canceled", 0.0, "not started")
     control, site = job.control, job.site
     remote = PurePosixPath(control.worker_dir) / f"corectl-job-{job.ident}-{shard.name}"
-    side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath(control.runner_dir) / "facts" / site.name)
+    facts = PurePosixPath(control.runner_dir) / "facts" / site.name
+    side = RunnerSide(remote_dir=remote, fact_cache=facts, accelerator=job.accelerator)
     shard_dir = site.runs_dir / job.ident / "shards" / shard.name
     shard_dir.mkdir(parents=True, exist_ok=True)
 
@@ -160,11 +176,11 @@ def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutc
         job.active.pop(shard.name, None)
     elapsed = time.monotonic() - started
     if job.cancel():
-        return ShardOutcome(shard.name, shard.runner.name, list(shard.hosts), "canceled", elapsed, "canceled")
+        return _outcome(shard, "canceled", elapsed, "canceled")
     error = ""
     if done.status not in ("successful", "failed"):  # the job broke off: SSH's or the runner's own last word
         error = done.said[-1] if done.said else f"worker exit {done.worker_rc}"
-    return ShardOutcome(shard.name, shard.runner.name, list(shard.hosts), done.status, elapsed, error)
+    return _outcome(shard, done.status, elapsed, error)
 
 
 def _stop_all(job: _Job) -> None:
@@ -195,8 +211,7 @@ def _run_phase(job: _Job, request: RunRequest, phase: list[shards.Shard]) -> lis
             try:
                 outcomes[shard.name] = _run_shard(job, request, shard)
             except (OSError, CorectlError) as exc:  # packing or starting the job here failed
-                hosts = list(shard.hosts)
-                outcomes[shard.name] = ShardOutcome(shard.name, shard.runner.name, hosts, "error", 0.0, str(exc))
+                outcomes[shard.name] = _outcome(shard, "error", 0.0, str(exc))
 
     threads = [threading.Thread(target=work, args=(queue,), daemon=True) for queue in by_runner.values()]
     for thread in threads:
@@ -234,6 +249,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     plan = shards.plan(cluster, targets(site, request.limit), control)
     password = vault_password(SecretFiles(site)).decode() if request.secrets else None
     key = node_key(site, cluster)  # before any shard starts: a missing key is one error, not one per shard
+    accelerator = runner_accelerator(control)
     site.runs_dir.mkdir(parents=True, exist_ok=True)
     ident = new_ident()
     run_dir = site.runs_dir / ident
@@ -249,7 +265,8 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
     outcomes: list[ShardOutcome] = []
     with Cancel() as cancel:
-        job = _Job(site, cluster, control, ident, runnerhost.stamp(), password, key, on_event, cancel)
+        digest = runnerhost.stamp()
+        job = _Job(site, cluster, control, ident, digest, password, key, on_event, cancel, accelerator)
         for phase in (1, 2):
             outcomes += _run_phase(job, request, [s for s in plan if s.phase == phase])
     hosts = _host_results(tally, outcomes)

@@ -46,6 +46,7 @@ class RunnerSide:
     remote_dir: PurePosixPath  # the worker's --private-data-dir (fresh per job, on tmpfs)
     fact_cache: PurePosixPath  # kept between jobs on the runner (facts of its shard's hosts)
     ssh_key: str | None = None  # the runner's own key for the nodes (else the site's setting)
+    accelerator: dict[str, str] | None = None  # the Ansible settings of CORECTL_ACCELERATOR there
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -96,6 +97,7 @@ def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, va
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(remote_site / "known_hosts"),
             "ANSIBLE_FORCE_COLOR": "False",
+            **(runner.accelerator or {}),
         },
     }
     if vault_password is not None:

@@ -207,6 +207,13 @@ class Control(Strict):
 
     runners: list[RunnerHost] = Field(min_length=1, max_length=1000)
     shard_by: Literal["leaf", "rack"] = Field("leaf", description="how compute nodes are grouped into shards")
+    shard_hosts: int = Field(
+        500,
+        ge=1,
+        le=100_000,
+        description="most hosts in one shard: a runner's leaves or racks share a job up to this many, and a "
+        "larger leaf or rack is cut into parts of this many",
+    )
     node_endpoint: Literal["ssh", "address"] = Field(
         "ssh",
         description="how runners reach nodes: as the control host does (ssh) or at each node's cluster "

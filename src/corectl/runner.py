@@ -71,6 +71,7 @@ class ShardOutcome:
     status: str
     elapsed: float
     error: str = ""  # why it did not finish: the runner unreachable, stale, gone mid-run, canceled
+    groups: list[str] = field(default_factory=list)  # the leaves or racks it held (corectl.shards)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from corectl.model import Control, RunnerHost
 from corectl.site import Site
 
 TOP_PACKAGES = ("ansible-runner", "ansible-core")
+ACCELERATOR_PACKAGE = "mitogen"  # its ansible_mitogen package holds the strategy plugin
 # The collections the roles and playbooks name (tests/test_runnerhost.py scans them for others).
 COLLECTIONS = ("ansible.posix", "community.general", "community.mysql")
 ENTRY_POINTS = ("ansible-runner", "ansible-playbook")
@@ -38,10 +39,20 @@ STALE_EXIT = 97  # the worker's exit when the runner's stamp is not the control 
 CONNECT_TIMEOUT = 10
 
 
-def closure(top: tuple[str, ...] = TOP_PACKAGES) -> list[metadata.Distribution]:
+def top_packages() -> tuple[str, ...]:
+    """What a runner gets: ansible-runner and ansible-core, and Mitogen when it is installed here
+    (CORECTL_ACCELERATOR=mitogen then runs jobs on the runners under Mitogen too)."""
+    try:
+        metadata.distribution(ACCELERATOR_PACKAGE)
+    except metadata.PackageNotFoundError:
+        return TOP_PACKAGES
+    return (*TOP_PACKAGES, ACCELERATOR_PACKAGE)
+
+
+def closure(top: tuple[str, ...] | None = None) -> list[metadata.Distribution]:
     """The installed distributions ``top`` needs, dependencies included (markers evaluated here)."""
     seen: dict[str, metadata.Distribution] = {}
-    todo = list(top)
+    todo = list(top if top is not None else top_packages())
     while todo:
         name = canonicalize_name(todo.pop())
         if name in seen:
@@ -149,6 +160,11 @@ def install_script(control: Control, digest: str) -> str:
         f"rm -rf {d}/lib {d}/bin; mv {d}/new/lib {d}/lib; mv {d}/new/bin {d}/bin; rmdir {d}/new; "
         f"mkdir -p -m 0700 {d}/facts; echo {digest} > {d}/stamp"
     )
+
+
+def strategy_plugins(control: Control) -> PurePosixPath:
+    """Where Mitogen's strategy plugins are on a bootstrapped runner."""
+    return PurePosixPath(control.runner_dir) / "lib" / "ansible_mitogen" / "plugins" / "strategy"
 
 
 def worker_command(control: Control, remote_dir: PurePosixPath, digest: str) -> str:

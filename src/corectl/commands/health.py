@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,9 +17,10 @@ from rich.text import Text
 from corectl import failures
 from corectl.commands.inventory import render_site
 from corectl.errors import CorectlError
+from corectl.fanout import run_site
 from corectl.files import write_if_changed
 from corectl.progress import LiveProgress, summary_table
-from corectl.runner import RunRequest, RunResult, run_playbook
+from corectl.runner import RunRequest, RunResult
 from corectl.site import Site
 from corectl.words import counted
 
@@ -97,18 +97,29 @@ def normalize(node: str, data: Any) -> Report:
     return {"node": node, "ok": ok, "checks": checks}
 
 
-def read_reports(out_dir: Path) -> dict[str, Report]:
-    """<node>.json files written by playbooks/health.yml."""
-    reports: dict[str, Report] = {}
-    for path in sorted(out_dir.glob("*.json")):
-        node = path.stem
+CHECK_TASK = "Run corectl-health-check"  # playbooks/health.yml: its result is the node's report
+CHECKER = "/usr/local/sbin/corectl-health-check"
+
+
+def report_from_result(node: str, res: dict[str, Any]) -> Report:
+    """A node's report from its check task's result, as the run's event stream carries it (from
+    this host or a runner host alike): the checker's JSON, or why there is none."""
+    stdout, rc = str(res.get("stdout") or ""), res.get("rc")
+    if rc in (0, 1) and stdout.startswith("{"):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            reports[node] = failure(node, "checker", f"unreadable result: {exc}")
-            continue
-        reports[node] = normalize(node, data)
-    return reports
+            return normalize(node, json.loads(stdout))
+        except ValueError as exc:
+            return failure(node, "checker", f"unreadable result: {exc}")
+    cmd = res.get("cmd")
+    words = cmd if isinstance(cmd, list) else str(cmd or "").split()
+    program = str(words[0]) if words else CHECKER
+    stderr, msg = str(res.get("stderr") or "").strip(), str(res.get("msg") or "")
+    if msg.startswith("Error executing command") and not stderr:
+        return failure(
+            node, "checker", f"cannot execute {program} (not installed? run: corectl provision --tags health)"
+        )
+    detail = (stderr.splitlines()[-1] if stderr else "") or msg or "no output"
+    return failure(node, "checker", f"{Path(program).name} failed (rc {'?' if rc is None else rc}): {detail}")
 
 
 def collect(
@@ -233,18 +244,25 @@ def render_report(reports: dict[str, Report], wide: bool = False) -> Group:
 # --------------------------------------------------------------------------- the command
 
 
-def _watch_unreachable(sink: Callable[[dict[str, Any]], None], found: dict[str, str]) -> Callable[..., None]:
-    def on_event(event: dict[str, Any]) -> None:
-        if event.get("event") == "runner_on_unreachable":
-            data = event.get("event_data", {})
-            res = data.get("res") or {}
-            host = data.get("host")
-            if host:
-                lines = str(res.get("msg") or "unreachable").strip().splitlines()
-                found[host] = f"unreachable: {lines[0] if lines else ''}"
-        sink(event)
+@dataclass
+class _Seen:
+    """What the run's events say per node: the check task's result, or why the node was not reached."""
 
-    return on_event
+    results: dict[str, Report]
+    unreachable: dict[str, str]
+
+    def watch(self, sink: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+        def on_event(event: dict[str, Any]) -> None:
+            data = event.get("event_data") or {}
+            host, res = data.get("host"), data.get("res") or {}
+            if host and event.get("event") == "runner_on_unreachable":
+                lines = str(res.get("msg") or "unreachable").strip().splitlines()
+                self.unreachable[host] = f"unreachable: {lines[0] if lines else ''}"
+            elif host and event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task") == CHECK_TASK:
+                self.results[host] = report_from_result(str(host), res)
+            sink(event)
+
+        return on_event
 
 
 def health(
@@ -260,22 +278,18 @@ def health(
         raise CorectlError(f"site {site.name} has no compute nodes", exit_code=2)
     if level is not None and level not in (0, 1, 2, 3):
         raise CorectlError("--level must be 0 (off), 1, 2 or 3", exit_code=2)
-    unreachable: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="corectl-health-") as tmp:
-        extravars: dict[str, Any] = {"corectl_health_out": tmp}
-        if level is not None:
-            extravars["corectl_health_level"] = level
-        request = RunRequest(
-            site=site,
-            playbook="health.yml",
-            command="health" + (f" --level {level}" if level is not None else ""),
-            limit=limit,
-            extravars=extravars,
-            secrets=False,
-        )
-        with LiveProgress(console, f"health {site.name}") as progress:
-            run = run_playbook(request, sink=_watch_unreachable(progress, unreachable))
-        reports = collect(read_reports(Path(tmp)), run.hosts, unreachable)
+    seen = _Seen({}, {})
+    request = RunRequest(
+        site=site,
+        playbook="health.yml",
+        command="health" + (f" --level {level}" if level is not None else ""),
+        limit=limit or "compute",  # the play's hosts: a fanned-out run then has no shard of service nodes
+        extravars={} if level is None else {"corectl_health_level": level},
+        secrets=False,
+    )
+    with LiveProgress(console, f"health {site.name}") as progress:
+        run = run_site(request, seen.watch(progress), cluster=cluster)
+    reports = collect(seen.results, run.hosts, seen.unreachable)
     if not reports:
         if run.status == "canceled":
             raise CorectlError("health canceled", exit_code=130)

@@ -61,6 +61,15 @@ def _options(record: dict[str, Any]) -> str:
     return " ".join([*options, *(["--check"] if record.get("check") else [])])
 
 
+def _result(record: dict[str, Any]) -> str:
+    """The run's status; a fanned-out run's with how many shards it had and how many broke off."""
+    status, shards = str(record.get("status", "?")), record.get("shards") or []
+    if not shards:
+        return status
+    broken = sum(1 for shard in shards if shard.get("status") not in ("successful", "failed"))
+    return f"{status} ({len(shards)} shards" + (f", {broken} broke off)" if broken else ")")
+
+
 def runs_table(site: Site, last: int) -> Table:
     table = Table(title=f"runs of {site.name} (newest last; artifacts in {Path(site.runs_dir)})", title_justify="left")
     for column in ("started", "command", "result", "s", "changed", "failed"):
@@ -71,7 +80,7 @@ def runs_table(site: Site, last: int) -> Table:
         table.add_row(
             str(record.get("started", "?")).replace("T", " ")[:19],
             f"{record.get('command', '?')} {_options(record)}".strip(),
-            record.get("status", "?"),
+            _result(record),
             str(record.get("elapsed_s", "")),
             f"{len(changed)}: {', '.join(changed)}" if changed else "0",
             ", ".join(failed) or "-",
@@ -116,10 +125,17 @@ def resolve_run(site: Site, run_id: str) -> str:
 
 
 def load_events(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's Ansible events in order; the *-partial.json files are incomplete copies of others."""
-    paths = (p for p in (run_dir / "job_events").glob("*.json") if not p.name.endswith("-partial.json"))
-    events = [event for event in map(_read_json, paths) if event is not None]
-    return sorted(events, key=lambda e: int(e.get("counter") or 0))
+    """A run's Ansible events in order; the *-partial.json files are incomplete copies of others.
+
+    A fanned-out run (corectl.fanout) keeps each shard's events under shards/<shard>/: those
+    come shard by shard (a host is in one shard, so its events keep their order)."""
+    sources = [run_dir / "job_events", *sorted((run_dir / "shards").glob("*/**/job_events"))]
+    events: list[dict[str, Any]] = []
+    for source in sources:
+        paths = (p for p in source.glob("*.json") if not p.name.endswith("-partial.json"))
+        found = [event for event in map(_read_json, paths) if event is not None]
+        events += sorted(found, key=lambda e: int(e.get("counter") or 0))
+    return events
 
 
 @dataclass
@@ -165,6 +181,18 @@ def _header(run_id: str, record: dict[str, Any] | None) -> Text:
     )
 
 
+def _shard_lines(shards: list[dict[str, Any]]) -> list[Text]:
+    """A fanned-out run's shards: where each ran, how it ended, and why it broke off."""
+    lines = []
+    for shard in shards:
+        status = str(shard.get("status", "?"))
+        hosts = hostlist.compress(list(shard.get("hosts") or []))
+        text = f"  shard {shard.get('name', '?')} on runner {shard.get('runner', '?')}: {status}, {hosts}"
+        error = f" ({shard['error']})" if shard.get("error") else ""
+        lines.append(Text(text + error, style="" if status == "successful" else "red"))
+    return lines
+
+
 def _host_lines(host: str, report: HostReport) -> list[Text]:
     styles = {"changed": "yellow", "failed": "red", "unreachable": "red"}
     lines = [Text(host, style="bold")]
@@ -181,7 +209,8 @@ def show_run(site: Site, run_id: str) -> Group:
     ident = resolve_run(site, run_id)
     run_dir = site.runs_dir / ident
     reports = host_reports(load_events(run_dir))
-    lines = [_header(ident, _read_json(run_dir / "corectl.json"))]
+    record = _read_json(run_dir / "corectl.json")
+    lines = [_header(ident, record), *_shard_lines((record or {}).get("shards") or [])]
     if not reports:
         return Group(*lines, Text(f"no task ran on any host (Ansible's output: {run_dir / 'stdout'})"))
     quiet = sorted(host for host, report in reports.items() if not report.listed)

@@ -50,7 +50,9 @@ def provision(
     console.print(totals, highlight=False, soft_wrap=True)
     for shard in result.shards:
         hosts = counted(len(shard.hosts), "host")
-        line = f"shard {shard.name} on runner {shard.runner}: {shard.status}, {hosts}, {shard.elapsed:.0f}s"
+        groups = shard.groups if len(shard.groups) <= 4 else [*shard.groups[:3], f"{len(shard.groups) - 3} more"]
+        held = f" ({', '.join(groups)})" if len(shard.groups) > 1 else ""
+        line = f"shard {shard.name}{held} on runner {shard.runner}: {shard.status}, {hosts}, {shard.elapsed:.0f}s"
         console.print(line + (f" ({shard.error})" if shard.error else ""), highlight=False, soft_wrap=True)
     return result
 

@@ -14,8 +14,9 @@ from corectl import hostlist, secrets
 from corectl.commands.inventory import render_site
 from corectl.commands.status import read_slurm_status
 from corectl.errors import CorectlError
+from corectl.fanout import run_site
 from corectl.progress import LiveProgress, summary_table
-from corectl.runner import RunRequest, RunResult, run_playbook
+from corectl.runner import RunRequest, RunResult
 from corectl.site import Site
 
 
@@ -62,7 +63,7 @@ def upgrade_drivers(
             extravars={"corectl_upgrade_timeout": timeout},
         )
         with LiveProgress(console, f"upgrade drivers {names}") as progress:
-            result = run_playbook(request, sink=progress)
+            result = run_site(request, progress, cluster=cluster)  # fanned out when the site has runners
         console.print(summary_table(result))
         results.append(result)
         if not result.ok:

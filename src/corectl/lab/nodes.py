@@ -62,7 +62,7 @@ class LabSpec:
     prefix: str = ""
     # a stand-in Ceph cluster beside the nodes, mounted with ceph-fuse at /shared
     ceph: bool = False
-    # runner host stand-ins (cluster.yml control.runners): runs fan out over them, shard per rack
+    # runner host stand-ins (cluster.yml control.runners): runs fan out over them; a rack per DGX
     runners: int = 0
 
     def __post_init__(self) -> None:
@@ -154,7 +154,7 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
                 "profile": "head-standin" if n.head else "dgx-standin",
                 "roles": ["slurm_controller", "slurm_dbd", "login", "monitoring"] if n.head else ["compute"],
                 **({} if n.head else {"leaf": "leaf1", "bmc": bmc.declaration(n.address, index)}),
-                **({"rack": f"rack{(index - 1) % spec.runners + 1}"} if spec.runners and not n.head else {}),
+                **({"rack": f"rack{index}"} if spec.runners and not n.head else {}),
                 "ssh": {"host": "127.0.0.1", "port": n.ssh_port},
             }
             for index, n in enumerate(nodes)
