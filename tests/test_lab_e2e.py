@@ -1247,6 +1247,9 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
             "e2e-runner1-1",
             "e2e-runner2-1",
         ]
+        burn = corectl("health", "--burn-in", *args).stdout
+        assert burn.count("all_reduce_perf is not installed") == 4, burn
+        assert len(runs(lab)[-1]["shards"]) == 2
         upgrade = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx03,e2e-dgx04", "--batch", "2").stdout
         record = runs(lab)[-1]
         assert record["command"] == "upgrade drivers e2e-dgx[03-04]" and record["status"] == "successful", upgrade

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,6 +132,37 @@ def _ed25519(tmp_path: Path) -> Path:
     path = tmp_path / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path
+
+
+def test_burn_in_reads_each_nodes_result_from_the_event_stream(prod_copy: Path, monkeypatch: pytest.MonkeyPatch):
+    """The result travels as the set_fact task's result: from the control host or a runner alike."""
+    from typer.testing import CliRunner
+
+    from corectl.cli import app
+    from corectl.commands import burnin
+    from corectl.runner import RunRequest, RunResult
+
+    base = {"gpus": 8, "expected_gbps": 450, "tool": True, "rc": 0}
+    said = {
+        "dgx01": {**base, "node": "dgx01", "output": "# Avg bus bandwidth    : 471.33\n"},
+        "dgx02": {**base, "node": "dgx02", "output": "# Avg bus bandwidth    : 201.5\n"},
+    }
+    seen: list[RunRequest] = []
+
+    def run_site(request: RunRequest, sink: Any, **_: Any) -> RunResult:
+        seen.append(request)
+        for host, raw in said.items():
+            res = {"ansible_facts": {"burn_in_result": raw}}
+            sink({"event": "runner_on_ok", "event_data": {"host": host, "task": burnin.RESULT_TASK, "res": res}})
+        sink({"event": "runner_on_ok", "event_data": {"host": "dgx03", "task": "Look for nccl-tests' all_reduce_perf"}})
+        return RunResult("successful", 0, {}, Path("/nonexistent/run"), 1.0)
+
+    monkeypatch.setattr(burnin, "run_site", run_site)
+    result = CliRunner().invoke(app, ["health", "--burn-in", "--inventory", str(prod_copy)])
+    assert result.exit_code == 1, result.output  # dgx02 is slow
+    rows = [line.split("│")[1:3] for line in result.stdout.splitlines() if "│ dgx0" in line]
+    assert [[cell.strip() for cell in row] for row in rows] == [["dgx01", "pass"], ["dgx02", "fail"]]
+    assert seen[0].limit == "compute" and seen[0].playbook == "burn-in.yml"
 
 
 def test_burn_in_verdicts():

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from corectl.commands.inventory import render_site
+from corectl.fanout import run_site
 from corectl.progress import LiveProgress
-from corectl.runner import RunRequest, run_playbook
+from corectl.runner import RunRequest
 from corectl.site import Site
 
 BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
@@ -47,20 +46,30 @@ def judge(raw: dict) -> BurnIn:
     return BurnIn(node, "pass", busbw, expected, "")
 
 
+RESULT_TASK = "Record the node's burn-in result"  # playbooks/burn-in.yml: its fact is the node's result
+
+
 def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[BurnIn]:
-    render_site(site, check_only=False)
-    with tempfile.TemporaryDirectory(prefix="corectl-burn-in-") as tmp:
-        request = RunRequest(
-            site=site,
-            playbook="burn-in.yml",
-            command="health --burn-in",
-            limit=limit,
-            extravars={"corectl_burn_in_out": tmp},
-            secrets=False,
-        )
-        with LiveProgress(console, f"burn-in {site.name}") as progress:
-            run_playbook(request, sink=progress)
-        results = [judge(json.loads(path.read_text())) for path in sorted(Path(tmp).glob("*.json"))]
+    cluster, _ = render_site(site, check_only=False)
+    request = RunRequest(
+        site=site,
+        playbook="burn-in.yml",
+        command="health --burn-in",
+        limit=limit or "compute",  # the play's hosts: a fanned-out run then has no shard of service nodes
+        secrets=False,
+    )
+    raw: dict[str, dict[str, Any]] = {}
+    with LiveProgress(console, f"burn-in {site.name}") as progress:
+
+        def on_event(event: dict[str, Any]) -> None:
+            data = event.get("event_data") or {}
+            facts = (data.get("res") or {}).get("ansible_facts") or {}
+            if event.get("event") == "runner_on_ok" and data.get("task") == RESULT_TASK and "burn_in_result" in facts:
+                raw[str(data.get("host"))] = facts["burn_in_result"]
+            progress(event)
+
+        run_site(request, on_event, cluster=cluster)
+    results = [judge(raw[node]) for node in sorted(raw)]
     table = Table(title="burn-in: NCCL all_reduce bus bandwidth")
     for column in ("node", "result", "busbw GB/s", "expected", "note"):
         table.add_column(column)
