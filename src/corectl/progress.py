@@ -30,6 +30,29 @@ def outcome(event: dict[str, Any]) -> str | None:
     return {"runner_on_skipped": "skipped", "runner_on_unreachable": "unreachable"}.get(str(kind))
 
 
+@dataclass
+class TaskResults:
+    """Each host's result of one named task, picked from a run's events on their way to ``sink``.
+
+    Health and burn-in results travel this way (not as files written on the control host), so
+    a run fanned out to runner hosts reports them like a local one."""
+
+    task: str
+    sink: Callable[[dict[str, Any]], None]
+    by_host: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> the task's `res`
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> "unreachable: <first line>"
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        host, res, kind = data.get("host"), data.get("res") or {}, event.get("event")
+        if host and kind == "runner_on_unreachable":
+            lines = str(res.get("msg") or "unreachable").strip().splitlines()
+            self.unreachable[str(host)] = f"unreachable: {lines[0] if lines else ''}"
+        elif host and kind in ("runner_on_ok", "runner_on_failed") and data.get("task") == self.task:
+            self.by_host[str(host)] = res
+        self.sink(event)
+
+
 def _seconds(value: float) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.0f}m"
 

@@ -49,10 +49,11 @@ def top_packages() -> tuple[str, ...]:
     return (*TOP_PACKAGES, ACCELERATOR_PACKAGE)
 
 
-def closure(top: tuple[str, ...] | None = None) -> list[metadata.Distribution]:
-    """The installed distributions ``top`` needs, dependencies included (markers evaluated here)."""
+def closure() -> list[metadata.Distribution]:
+    """The installed distributions a runner needs (top_packages() and their dependencies, markers
+    evaluated here)."""
     seen: dict[str, metadata.Distribution] = {}
-    todo = list(top if top is not None else top_packages())
+    todo = list(top_packages())
     while todo:
         name = canonicalize_name(todo.pop())
         if name in seen:

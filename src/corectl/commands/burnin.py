@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from corectl.commands.inventory import render_site
 from corectl.fanout import run_site
-from corectl.progress import LiveProgress
+from corectl.progress import LiveProgress, TaskResults
 from corectl.runner import RunRequest
 from corectl.site import Site
 
@@ -58,18 +57,11 @@ def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[B
         limit=limit or "compute",  # the play's hosts: a fanned-out run then has no shard of service nodes
         secrets=False,
     )
-    raw: dict[str, dict[str, Any]] = {}
     with LiveProgress(console, f"burn-in {site.name}") as progress:
-
-        def on_event(event: dict[str, Any]) -> None:
-            data = event.get("event_data") or {}
-            facts = (data.get("res") or {}).get("ansible_facts") or {}
-            if event.get("event") == "runner_on_ok" and data.get("task") == RESULT_TASK and "burn_in_result" in facts:
-                raw[str(data.get("host"))] = facts["burn_in_result"]
-            progress(event)
-
-        run_site(request, on_event, cluster=cluster)
-    results = [judge(raw[node]) for node in sorted(raw)]
+        recorded = TaskResults(RESULT_TASK, progress)
+        run_site(request, recorded, cluster=cluster)
+    facts = {host: res.get("ansible_facts") or {} for host, res in sorted(recorded.by_host.items())}
+    results = [judge(fact["burn_in_result"]) for fact in facts.values() if "burn_in_result" in fact]
     table = Table(title="burn-in: NCCL all_reduce bus bandwidth")
     for column in ("node", "result", "busbw GB/s", "expected", "note"):
         table.add_column(column)

@@ -19,7 +19,7 @@ from corectl.commands.inventory import render_site
 from corectl.errors import CorectlError
 from corectl.fanout import run_site
 from corectl.files import write_if_changed
-from corectl.progress import LiveProgress, summary_table
+from corectl.progress import LiveProgress, TaskResults, summary_table
 from corectl.runner import RunRequest, RunResult
 from corectl.site import Site
 from corectl.words import counted
@@ -244,27 +244,6 @@ def render_report(reports: dict[str, Report], wide: bool = False) -> Group:
 # --------------------------------------------------------------------------- the command
 
 
-@dataclass
-class _Seen:
-    """What the run's events say per node: the check task's result, or why the node was not reached."""
-
-    results: dict[str, Report]
-    unreachable: dict[str, str]
-
-    def watch(self, sink: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
-        def on_event(event: dict[str, Any]) -> None:
-            data = event.get("event_data") or {}
-            host, res = data.get("host"), data.get("res") or {}
-            if host and event.get("event") == "runner_on_unreachable":
-                lines = str(res.get("msg") or "unreachable").strip().splitlines()
-                self.unreachable[host] = f"unreachable: {lines[0] if lines else ''}"
-            elif host and event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task") == CHECK_TASK:
-                self.results[host] = report_from_result(str(host), res)
-            sink(event)
-
-        return on_event
-
-
 def health(
     site: Site,
     console: Console,
@@ -278,7 +257,6 @@ def health(
         raise CorectlError(f"site {site.name} has no compute nodes", exit_code=2)
     if level is not None and level not in (0, 1, 2, 3):
         raise CorectlError("--level must be 0 (off), 1, 2 or 3", exit_code=2)
-    seen = _Seen({}, {})
     request = RunRequest(
         site=site,
         playbook="health.yml",
@@ -288,8 +266,10 @@ def health(
         secrets=False,
     )
     with LiveProgress(console, f"health {site.name}") as progress:
-        run = run_site(request, seen.watch(progress), cluster=cluster)
-    reports = collect(seen.results, run.hosts, seen.unreachable)
+        checks = TaskResults(CHECK_TASK, progress)
+        run = run_site(request, checks, cluster=cluster)
+    found = {host: report_from_result(host, res) for host, res in checks.by_host.items()}
+    reports = collect(found, run.hosts, checks.unreachable)
     if not reports:
         if run.status == "canceled":
             raise CorectlError("health canceled", exit_code=130)
