@@ -267,7 +267,7 @@ def test_plan_names_a_real_pending_change(lab: Path):
     finally:
         docker_exec(DGX1, "mv", "/root/90-corectl.conf", limits)
     plan_rows = [row for row in table_rows(plan.stdout) if len(row) == 2]  # host | tasks that would change
-    assert plan_rows == [["e2e-dgx01", "base: Write resource limits"]], plan.stdout
+    assert plan_rows == [["e2e-dgx01", "base: /etc/security/limits.d/90-corectl.conf"]], plan.stdout
     assert missing == 1  # a plan is a dry run: the file is still missing after it
     assert (runs(lab)[-1]["command"], runs(lab)[-1]["check"]) == ("plan", True)
 
@@ -975,7 +975,7 @@ def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_
 # Hand-made drift on one converged node, and the task that must repair each (docs/performance.md:
 # the fast paths that skip modules on a converged node must still see every one of these).
 DRIFT = [
-    (["sh", "-c", "echo 'ENROOT_ROOTFS_WRITABLE yes' >> /etc/enroot/enroot.conf"], "enroot: Write enroot.conf"),
+    (["sh", "-c", "echo 'ENROOT_ROOTFS_WRITABLE yes' >> /etc/enroot/enroot.conf"], "enroot: /etc/enroot/enroot.conf"),
     (["systemctl", "stop", "prometheus-node-exporter"], "node_exporter: Enable and start node_exporter"),
     (["chmod", "0644", "/etc/munge/munge.key"], "munge: Install the cluster's munge key"),
     (["userdel", "alice"], "users: Create users"),

@@ -90,6 +90,24 @@ def test_plan_lists_each_hosts_changing_tasks_once():
     assert changes_from(events) == {"dgx01": ["base: Write the sysctl file"], "head01": ["slurm: Write slurm.conf"]}
 
 
+def test_plan_names_the_changed_paths_of_a_files_task():
+    """corectl.fleet.files writes a role's files in one task: the plan names each changed path."""
+    from corectl.commands.provision import changes_from
+
+    res = {
+        "changed": True,
+        "changed_paths": ["/etc/chrony/chrony.conf", "/etc/sysctl.d/90-corectl.conf"],
+        "results": [{"path": "/etc/chrony/chrony.conf", "changed": True}],
+    }
+    events = [
+        {"event": "runner_on_ok", "event_data": {"host": "dgx01", "task": "Write base's files", "role": "base",
+                                                 "res": res}},
+        {"event": "runner_on_ok", "event_data": {"host": "dgx02", "task": "Write base's files", "role": "base",
+                                                 "res": {"changed": False, "changed_paths": []}}},
+    ]  # fmt: skip
+    assert changes_from(events) == {"dgx01": ["base: /etc/chrony/chrony.conf", "base: /etc/sysctl.d/90-corectl.conf"]}
+
+
 def test_a_no_log_change_is_still_a_change():
     """Ansible censors a no_log result to a notice without "changed" (as in the munge key's task,
     recorded from a real run); its "changed: [host]" line is what says so."""

@@ -4,7 +4,7 @@ Issue 15's first building block: not wired into any command yet (docs/scale.md).
 is one private data directory that `transmit` streams to a runner host, where
 `ansible-runner worker --private-data-dir DIR --delete` unpacks and runs it:
 
-    project/             ansible.cfg, playbooks/ and roles/
+    project/             ansible.cfg, collections/ (corectl.fleet), playbooks/ and roles/
     inventory/shared/    an empty hosts.yml whose group_vars/ is the shared one (layered first)
     inventory/site/      the site's hosts.yml, nodes.json, switches.json, site.json, known_hosts,
                          group_vars/, host_vars/ and secrets/ (vault-encrypted, as at rest)
@@ -34,7 +34,7 @@ from corectl.runner import RunRequest, default_forks, playbook_options, selectio
 from corectl.secrets import SecretFiles
 
 VAULT_PROMPT = r"^Vault password:\s*?$"
-PROJECT_PARTS = ("ansible.cfg", "playbooks", "roles")
+PROJECT_PARTS = ("ansible.cfg", "collections", "playbooks", "roles")
 SITE_FILES = ("hosts.yml", "nodes.json", "switches.json", "site.json", "known_hosts")
 SITE_DIRS = ("group_vars", "host_vars", "secrets")
 

@@ -66,10 +66,12 @@ def changes_from(events: list[dict[str, Any]]) -> dict[str, list[str]]:
         data = event.get("event_data", {})
         if not reported_change(event):
             continue
-        task = f"{data.get('role', '')}: {data.get('task', '')}".lstrip(": ")
+        role = data.get("role", "")
+        # corectl.fleet.files writes a role's files in one task: name each changed path instead
+        paths = (data.get("res") or {}).get("changed_paths")
+        names = [f"{role}: {path}" for path in paths] if paths else [f"{role}: {data.get('task', '')}"]
         tasks = changes.setdefault(str(data.get("host")), [])
-        if task not in tasks:
-            tasks.append(task)
+        tasks.extend(name.lstrip(": ") for name in names if name.lstrip(": ") not in tasks)
     return changes
 
 
