@@ -160,6 +160,7 @@ def changed_hosts(record: dict[str, Any]) -> dict[str, int]:
 
 STOCK_CFG = """[defaults]
 roles_path = {root}/roles
+collections_path = {root}/collections
 interpreter_python = auto_silent
 force_valid_group_names = ignore
 retry_files_enabled = False
