@@ -52,16 +52,16 @@ def role(tmp_path: Path) -> Path:
     for part, text in {
         "tasks/main.yml": TASKS,
         "handlers/main.yml": HANDLERS,
-        "templates/app.conf.j2": "# {{ ansible_managed }}\n{% for n in [1, 2] %}\nline {{ n }}\n{% endfor %}\nv={{ app_value }}\n",
+        "templates/app.conf.j2": (
+            "# {{ ansible_managed }}\n{% for n in [1, 2] %}\nline {{ n }}\n{% endfor %}\nv={{ app_value }}\n"
+        ),
         "templates/script.j2": "#!/bin/sh\necho {{ item }}\n",
         "files/tool.sh": "#!/bin/sh\necho tool\n",
     }.items():
         (base / part).parent.mkdir(parents=True, exist_ok=True)
         (base / part).write_text(text)
     (base / "files" / "blob.bin").write_bytes(bytes(range(256)))
-    (tmp_path / "play.yml").write_text(
-        "- hosts: localhost\n  gather_facts: false\n  roles: [demo]\n"
-    )
+    (tmp_path / "play.yml").write_text("- hosts: localhost\n  gather_facts: false\n  roles: [demo]\n")
     return tmp_path
 
 

@@ -88,7 +88,14 @@ EVENTS = [
     _event(12, "playbook_on_no_hosts_matched", "Slurm login nodes"),
     _event(13, "playbook_on_play_start", COMPUTE, name=COMPUTE),
     _event(14, "runner_on_failed", COMPUTE, "Probe the GPUs", "dgx01", ignore_errors=True, res={"msg": "no GPU"}),
-    _event(15, "runner_on_ok", COMPUTE, "Write slurm.conf", "dgx01", res={"changed": True}),
+    _event(
+        15,
+        "runner_on_ok",
+        COMPUTE,
+        "Write slurmd's files",
+        "dgx01",
+        res={"changed": True, "changed_paths": ["/etc/default/slurmd", "/usr/local/sbin/corectl-slurm-prolog"]},
+    ),
     _event(16, "runner_on_failed", COMPUTE, "Start slurmd", "dgx02", res={"msg": SYSTEMD_SAYS}),
     _event(17, "playbook_on_stats", ""),
 ]
@@ -107,7 +114,7 @@ def test_show_run_lists_what_changed_and_failed_per_host(tmp_path: Path, root: P
     assert lines[1:] == [
         "dgx01",
         f"  changed: {BASE} / Set the time zone",
-        f"  changed: {COMPUTE} / Write slurm.conf",
+        f"  changed: {COMPUTE} / Write slurmd's files: /etc/default/slurmd, /usr/local/sbin/corectl-slurm-prolog",
         "  not listed: 1 skipped, 1 ignored",
         "dgx02",
         f"  failed: {COMPUTE} / Start slurmd: Unable to start service slurmd",
@@ -150,7 +157,7 @@ def test_a_fanned_out_runs_shards_and_their_hosts_are_shown(tmp_path: Path, root
         "  shard rack-r2 on runner r2: error, dgx03 (Connection refused)",
         "dgx01",
         f"  changed: {BASE} / Set the time zone",
-        f"  changed: {COMPUTE} / Write slurm.conf",
+        f"  changed: {COMPUTE} / Write slurmd's files: /etc/default/slurmd, /usr/local/sbin/corectl-slurm-prolog",
         "  not listed: no task results",
         "no changes on head01: 1 ok",
     ]

@@ -301,6 +301,12 @@ def reported_change(event: dict[str, Any]) -> bool:
     return _ANSI.sub("", str(event.get("stdout", ""))).startswith("changed: [")
 
 
+def changed_paths(event_data: dict[str, Any]) -> list[str]:
+    """The paths a corectl.fleet.files result changed (one task writes a role's files); [] for
+    any other task."""
+    return list(((event_data.get("res") or {}).get("changed_paths")) or [])
+
+
 def failure_detail(event_data: dict[str, Any], unreachable: bool) -> str:
     """The line that says why a task failed (its first) or why a host was unreachable (SSH says
     it last: "Host key verification failed.", "Connection refused"); banner lines dropped."""

@@ -15,7 +15,7 @@ from rich.text import Text
 from corectl import hostlist
 from corectl.errors import CorectlError
 from corectl.progress import FAILURES, Expected, outcome
-from corectl.runner import failure_detail
+from corectl.runner import changed_paths, failure_detail
 from corectl.site import Site
 
 UNLISTED = ("ok", "skipped", "ignored")  # what `runs --show` counts for a host instead of listing
@@ -155,7 +155,8 @@ def host_reports(events: list[dict[str, Any]]) -> dict[str, HostReport]:
         report = reports.setdefault(str(data["host"]), HostReport())
         task = f"{data.get('play', '')} / {data.get('task', '')}"
         if result == "changed":
-            report.listed.append((result, task))
+            paths = changed_paths(data)
+            report.listed.append((result, f"{task}: {', '.join(paths)}" if paths else task))
         elif result in FAILURES:
             report.listed.append((result, f"{task}: {failure_detail(data, unreachable=result == 'unreachable')}"))
         else:

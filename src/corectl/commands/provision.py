@@ -12,7 +12,7 @@ from corectl.commands.history import expected_from_history
 from corectl.commands.inventory import render_site
 from corectl.fanout import run_site
 from corectl.progress import LiveProgress, summary_table
-from corectl.runner import EventSink, RunRequest, RunResult, reported_change
+from corectl.runner import EventSink, RunRequest, RunResult, changed_paths, reported_change
 from corectl.site import Site
 from corectl.words import counted
 
@@ -67,8 +67,7 @@ def changes_from(events: list[dict[str, Any]]) -> dict[str, list[str]]:
         if not reported_change(event):
             continue
         role = data.get("role", "")
-        # corectl.fleet.files writes a role's files in one task: name each changed path instead
-        paths = (data.get("res") or {}).get("changed_paths")
+        paths = changed_paths(data)  # a files task: name each path it changed instead
         names = [f"{role}: {path}" for path in paths] if paths else [f"{role}: {data.get('task', '')}"]
         tasks = changes.setdefault(str(data.get("host")), [])
         tasks.extend(name.lstrip(": ") for name in names if name.lstrip(": ") not in tasks)
