@@ -200,6 +200,10 @@ def apply_file(entry: dict, check: bool, diffs: list | None) -> bool:
     if not check:
         if not os.path.isdir(os.path.dirname(path)):
             raise Refused(f"{path}: directory {os.path.dirname(path)} does not exist")
+        if before is not None:  # what the entry leaves unsaid stays as the file had it
+            st = os.lstat(path)
+            uid, gid = (st.st_uid if uid == -1 else uid), (st.st_gid if gid == -1 else gid)
+            mode = stat.S_IMODE(st.st_mode) if mode is None else mode
         _write(path, data, uid, gid, mode)
     return True
 
