@@ -27,13 +27,15 @@ def prod_copy(tmp_path: Path) -> Path:
 
 
 def probe_project(tmp_path: Path, playbook: str, hosts: tuple[str, ...] = ("localhost",)) -> Site:
-    """A project of one playbook (playbooks/probe.yml) with the project's real ansible.cfg, empty
-    roles/ and group_vars/, and a site "probe" whose ``hosts`` are this machine (local connection)."""
+    """A project of one playbook (playbooks/probe.yml) with the project's real ansible.cfg and
+    collections, empty roles/ and group_vars/, and a site "probe" whose ``hosts`` are this
+    machine (local connection)."""
     project = tmp_path / "project"
     (project / "playbooks").mkdir(parents=True)
     (project / "roles").mkdir()
     (project / "group_vars").mkdir()
     shutil.copy(ROOT / "ansible.cfg", project / "ansible.cfg")
+    (project / "collections").symlink_to(ROOT / "collections")  # corectl.fleet (Mitogen's strategy)
     (project / "playbooks" / "probe.yml").write_text(playbook)
     site = Site(root=project, directory=project / "inventories" / "probe")
     site.directory.mkdir(parents=True)

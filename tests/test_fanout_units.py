@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 from typer.testing import CliRunner
 
-from corectl import fanout, runnerhost, shards
+from corectl import fanout, jobpack, runnerhost, shards
 from corectl.cli import app
 from corectl.commands.inventory import render_site
 from corectl.fanout import targets
@@ -183,13 +183,10 @@ def test_under_mitogen_runner_jobs_get_mitogen_from_their_bootstrap(monkeypatch:
     """CORECTL_ACCELERATOR=mitogen reaches the runners: the payload holds Mitogen, jobs name it."""
     names = {dist.metadata["Name"] for dist in runnerhost.closure()}
     assert {"ansible-core", "ansible-runner", "mitogen"} <= names  # mitogen: the dev install has it
-    control = Control(runners=_control().runners, runner_dir="/opt/corectl-runner")
     monkeypatch.setenv("CORECTL_ACCELERATOR", "mitogen")
-    assert fanout.runner_accelerator(control) == {
-        "ANSIBLE_STRATEGY": "mitogen_linear",
-        "ANSIBLE_STRATEGY_PLUGINS": "/opt/corectl-runner/lib/ansible_mitogen/plugins/strategy",
-    }
+    assert fanout.runner_accelerator() == {"ANSIBLE_STRATEGY": "corectl.fleet.mitogen_linear"}
     files = {name for name, _ in runnerhost._payload_files()}
-    assert "lib/ansible_mitogen/plugins/strategy/mitogen_linear.py" in files
+    assert {"lib/ansible_mitogen/strategy.py", "lib/ansible_mitogen/planner.py"} <= files
+    assert "collections" in jobpack.PROJECT_PARTS  # the strategy plugin travels with every job
     monkeypatch.setenv("CORECTL_ACCELERATOR", "none")
-    assert fanout.runner_accelerator(control) is None
+    assert fanout.runner_accelerator() is None

@@ -259,6 +259,9 @@ def test_munge_refuses_a_credential_made_with_another_key(lab: Path):
 
 
 def test_plan_names_a_real_pending_change(lab: Path):
+    # the whole site on a converged lab: every read the roles decide by runs in check mode too
+    converged = corectl("plan", "--inventory", str(lab))
+    assert "nothing would change" in converged.stdout, converged.stdout
     limits = "/etc/security/limits.d/90-corectl.conf"
     docker_exec(DGX1, "mv", limits, "/root/90-corectl.conf")
     try:

@@ -106,9 +106,9 @@ def test_the_accelerator_is_stock_unless_asked_for_and_names_what_is_missing(mon
         with pytest.raises(CorectlError, match="mitogen is not installed"):
             accelerator_env("mitogen")
         return
-    env = accelerator_env("mitogen")
-    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
-    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    assert accelerator_env("mitogen") == {"ANSIBLE_STRATEGY": "corectl.fleet.mitogen_linear"}
+    collection = Path(__file__).resolve().parents[1] / "collections/ansible_collections/corectl/fleet"
+    assert (collection / "plugins/strategy/mitogen_linear.py").is_file()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CorectlError, match=r"pip install 'corectl\[mitogen\]'"):
         accelerator_env("mitogen")

@@ -137,12 +137,11 @@ def _outcome(shard: shards.Shard, status: str, elapsed: float, error: str) -> Sh
     return ShardOutcome(shard.name, shard.runner.name, hosts, status, elapsed, error, groups)
 
 
-def runner_accelerator(control: Control) -> dict[str, str] | None:
-    """CORECTL_ACCELERATOR's settings for jobs on the runners (Mitogen is in their bootstrap)."""
+def runner_accelerator() -> dict[str, str] | None:
+    """CORECTL_ACCELERATOR's settings for jobs on the runners (Mitogen is in their bootstrap; the
+    strategy is in the project's collection, which every job carries)."""
     here = accelerator_env()
-    if "ANSIBLE_STRATEGY" not in here:
-        return None
-    return {**here, "ANSIBLE_STRATEGY_PLUGINS": str(runnerhost.strategy_plugins(control))}
+    return here if "ANSIBLE_STRATEGY" in here else None
 
 
 def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutcome:
@@ -249,7 +248,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     plan = shards.plan(cluster, targets(site, request.limit), control)
     password = vault_password(SecretFiles(site)).decode() if request.secrets else None
     key = node_key(site, cluster)  # before any shard starts: a missing key is one error, not one per shard
-    accelerator = runner_accelerator(control)
+    accelerator = runner_accelerator()
     site.runs_dir.mkdir(parents=True, exist_ok=True)
     ident = new_ident()
     run_dir = site.runs_dir / ident

@@ -123,6 +123,7 @@ def default_forks() -> int:
 
 
 ACCELERATORS = ("none", "mitogen")
+MITOGEN_STRATEGY = "corectl.fleet.mitogen_linear"
 
 
 def accelerator_env(name: str | None = None) -> dict[str, str]:
@@ -141,10 +142,9 @@ def accelerator_env(name: str | None = None) -> dict[str, str]:
         raise CorectlError(
             "CORECTL_ACCELERATOR=mitogen: mitogen is not installed beside corectl (pip install 'corectl[mitogen]')"
         )
-    return {
-        "ANSIBLE_STRATEGY_PLUGINS": str(Path(spec.origin).parent / "plugins" / "strategy"),
-        "ANSIBLE_STRATEGY": "mitogen_linear",
-    }
+    # Mitogen's mitogen_linear with its per-task collection scan made once per run: the
+    # project's collection (collections_path in ansible.cfg, carried by fanned jobs).
+    return {"ANSIBLE_STRATEGY": MITOGEN_STRATEGY}
 
 
 def shared_inventory(private_dir: Path, root: Path) -> Path:

@@ -163,11 +163,6 @@ def install_script(control: Control, digest: str) -> str:
     )
 
 
-def strategy_plugins(control: Control) -> PurePosixPath:
-    """Where Mitogen's strategy plugins are on a bootstrapped runner."""
-    return PurePosixPath(control.runner_dir) / "lib" / "ansible_mitogen" / "plugins" / "strategy"
-
-
 def worker_command(control: Control, remote_dir: PurePosixPath, digest: str) -> str:
     """The remote command of one job: refuse a stale runner, else `ansible-runner worker --delete`."""
     d = shlex.quote(control.runner_dir)
