@@ -112,3 +112,46 @@ def test_the_accelerator_is_stock_unless_asked_for_and_names_what_is_missing(mon
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CorectlError, match=r"pip install 'corectl\[mitogen\]'"):
         accelerator_env("mitogen")
+
+
+def test_corectl_mitogen_strategy_scans_the_collections_once_and_hands_on_the_same_paths(monkeypatch):
+    """corectl.fleet.mitogen_linear replaces Mitogen's per-worker collection scan with one list,
+    made once; a module's invocation gets exactly the paths Mitogen's own function gives it."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("ansible_mitogen") is None:
+        pytest.skip("mitogen is not installed")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(Path(__file__).resolve().parents[1] / "ansible.cfg"))
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # ansible.cfg's collections_path is relative
+    import ansible.collections.list
+    import ansible_mitogen.planner
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+    stock = ansible_mitogen.planner._load_collections
+    path = Path(__file__).resolve().parents[1] / "collections/ansible_collections/corectl/fleet/plugins/strategy"
+    spec = importlib.util.spec_from_file_location("corectl_fleet_mitogen_linear", path / "mitogen_linear.py")
+    assert spec is not None and spec.loader is not None
+    plugin = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(plugin)
+        assert ansible_mitogen.planner._load_collections is plugin._load_collections
+
+        class Invocation:
+            def __init__(self) -> None:
+                self._extra_sys_paths: set[str] = set()
+
+        expected, ours = Invocation(), Invocation()
+        stock(expected)
+        scans = []
+        real = ansible.collections.list.list_collection_dirs
+        monkeypatch.setattr(ansible.collections.list, "list_collection_dirs", lambda: scans.append(1) or real())
+        for _ in range(3):
+            plugin._load_collections(ours)
+        assert ours._extra_sys_paths == expected._extra_sys_paths
+        assert any(p.endswith("ansible_collections/corectl/fleet") for p in ours._extra_sys_paths)
+        assert len(scans) <= 1  # once per process (none if already made), not once per call
+    finally:
+        ansible_mitogen.planner._load_collections = stock
