@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from conftest import probe_project
@@ -114,44 +115,48 @@ def test_the_accelerator_is_stock_unless_asked_for_and_names_what_is_missing(mon
         accelerator_env("mitogen")
 
 
-def test_corectl_mitogen_strategy_scans_the_collections_once_and_hands_on_the_same_paths(monkeypatch):
+STRATEGY_CHECK = """
+import importlib.util, json, sys
+import ansible.collections.list, ansible_mitogen.planner
+from ansible.plugins.loader import init_plugin_loader
+init_plugin_loader()
+stock = ansible_mitogen.planner._load_collections
+spec = importlib.util.spec_from_file_location("corectl_strategy", sys.argv[1])
+plugin = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plugin)
+class Invocation:
+    def __init__(self):
+        self._extra_sys_paths = set()
+expected, ours = Invocation(), Invocation()
+stock(expected)
+scans, real = [], ansible.collections.list.list_collection_dirs
+ansible.collections.list.list_collection_dirs = lambda: scans.append(1) or real()
+for _ in range(3):
+    plugin._load_collections(ours)
+print(json.dumps({"replaced": ansible_mitogen.planner._load_collections is plugin._load_collections,
+                  "expected": sorted(expected._extra_sys_paths), "ours": sorted(ours._extra_sys_paths),
+                  "scans": len(scans)}))
+"""
+
+
+def test_corectl_mitogen_strategy_scans_the_collections_once_and_hands_on_the_same_paths():
     """corectl.fleet.mitogen_linear replaces Mitogen's per-worker collection scan with one list,
     made once; a module's invocation gets exactly the paths Mitogen's own function gives it."""
     import importlib.util
+    import subprocess
+    import sys
 
     import pytest
 
     if importlib.util.find_spec("ansible_mitogen") is None:
         pytest.skip("mitogen is not installed")
-    monkeypatch.setenv("ANSIBLE_CONFIG", str(Path(__file__).resolve().parents[1] / "ansible.cfg"))
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # ansible.cfg's collections_path is relative
-    import ansible.collections.list
-    import ansible_mitogen.planner
-    from ansible.plugins.loader import init_plugin_loader
-
-    init_plugin_loader()
-    stock = ansible_mitogen.planner._load_collections
-    path = Path(__file__).resolve().parents[1] / "collections/ansible_collections/corectl/fleet/plugins/strategy"
-    spec = importlib.util.spec_from_file_location("corectl_fleet_mitogen_linear", path / "mitogen_linear.py")
-    assert spec is not None and spec.loader is not None
-    plugin = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(plugin)
-        assert ansible_mitogen.planner._load_collections is plugin._load_collections
-
-        class Invocation:
-            def __init__(self) -> None:
-                self._extra_sys_paths: set[str] = set()
-
-        expected, ours = Invocation(), Invocation()
-        stock(expected)
-        scans = []
-        real = ansible.collections.list.list_collection_dirs
-        monkeypatch.setattr(ansible.collections.list, "list_collection_dirs", lambda: scans.append(1) or real())
-        for _ in range(3):
-            plugin._load_collections(ours)
-        assert ours._extra_sys_paths == expected._extra_sys_paths
-        assert any(p.endswith("ansible_collections/corectl/fleet") for p in ours._extra_sys_paths)
-        assert len(scans) <= 1  # once per process (none if already made), not once per call
-    finally:
-        ansible_mitogen.planner._load_collections = stock
+    root = Path(__file__).resolve().parents[1]
+    plugin = root / "collections/ansible_collections/corectl/fleet/plugins/strategy/mitogen_linear.py"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")}
+    out = subprocess.run([sys.executable, "-c", STRATEGY_CHECK, str(plugin)], cwd=root, env=env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["replaced"]
+    assert result["ours"] == result["expected"]
+    assert any(path.endswith("ansible_collections/corectl/fleet") for path in result["ours"])
+    assert result["scans"] <= 1  # once per process (none if already made), not once per call
