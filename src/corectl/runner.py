@@ -137,8 +137,7 @@ def accelerator_env(name: str | None = None) -> dict[str, str]:
         raise CorectlError(f"CORECTL_ACCELERATOR={name}: unknown accelerator (one of: {', '.join(ACCELERATORS)})")
     if name == "none":
         return {}
-    spec = importlib.util.find_spec("ansible_mitogen")
-    if spec is None or spec.origin is None:
+    if importlib.util.find_spec("ansible_mitogen") is None:
         raise CorectlError(
             "CORECTL_ACCELERATOR=mitogen: mitogen is not installed beside corectl (pip install 'corectl[mitogen]')"
         )
