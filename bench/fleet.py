@@ -4,19 +4,23 @@ Every figure is printed beside a baseline measured in the same run (these machin
 
   render   validate + render at 13, 1,000 and 10,000 nodes (time, peak RSS) and
            `ansible-inventory --list` on the 10,000-node hosts.yml; ratio to the 13-node site.
-  full     a full provision of a fresh bench lab (head + 1 DGX), with its ten slowest tasks.
+  full     a full provision of a fresh bench lab (head + --full-dgx DGX, 2 by default), with its
+           ten slowest tasks; that lab is removed before the no-op series starts.
   noop     no-op provision of the converged lab at each size in --sizes (DGX stand-ins + head):
            corectl's default, corectl with CORECTL_ACCELERATOR=mitogen, and the same playbook
            and inventory run by plain ansible-playbook with Ansible's stock settings (no
            pipelining, forks 5, no fact cache); wall time, controller CPU, the slope per added
            node and each variant's ratio to stock.
-  addnode  wall time and hosts touched by add-node on the lab at its first and at its last size.
+  addnode  wall time and hosts touched by add-node beside 1 and beside 4 existing DGX.
+  project  the no-op's controller CPU per added DGX, projected to 128, 1,024 and 12,288 nodes.
 
-    .venv/bin/python bench/fleet.py [--sizes 1,2,4,8] [--only render,full,noop,addnode] [--keep]
+    .venv/bin/python bench/fleet.py [--sizes 1,2,4,8] [--full-dgx 2] [--only render,full,noop,addnode] [--keep]
 
 The bench lab is its own (172.29.220.0/24, SSH ports 22400+, names bench-*): never run it while
 the e2e test or another lab uses the same machine, the figures would be meaningless. Results go
-to build/bench.json and are printed as one table; docs/performance.md quotes them.
+to build/bench.json and are printed as one table; a run of every part also writes that table into
+docs/performance.md (between its "bench:begin" and "bench:end" markers), with the command that
+reproduces it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ CORECTL = str(BIN / "corectl")
 SITE = ROOT / "build" / "bench" / "benchlab"
 SUBNET, PORT_BASE, PREFIX = "172.29.220.0/24", 22400, "bench-"
 RESULTS = ROOT / "build" / "bench.json"
+DOC = ROOT / "docs" / "performance.md"
+DOC_BEGIN, DOC_END = "<!-- bench:begin -->", "<!-- bench:end -->"
+PARTS = ("render", "full", "noop", "addnode")
+PROJECT_NODES = (128, 1_024, 12_288)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from render_scale import site_with  # noqa: E402
@@ -244,32 +252,41 @@ def grow(to: int, now: int) -> list[dict[str, Any]]:
     return added
 
 
-def bench_lab(sizes: list[int], only: set[str], keep: bool) -> dict[str, Any]:
-    results: dict[str, Any] = {"noop": [], "addnode": []}
+def lab_up(dgx: int) -> None:
+    """A fresh bench lab of the head and ``dgx`` DGX stand-ins (whatever was there is removed)."""
     SITE.parent.mkdir(parents=True, exist_ok=True)
     measure([CORECTL, "lab", "down", "--inventory", str(SITE)])
     corectl(
-        "lab",
-        "up",
-        "--nodes",
-        str(sizes[0]),
-        "--subnet",
-        SUBNET,
-        "--ssh-port-base",
-        str(PORT_BASE),
-        "--prefix",
-        PREFIX,
-        "--no-ceph",
-    )
+        "lab", "up", "--nodes", str(dgx), "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE),
+        "--prefix", PREFIX, "--no-ceph",
+    )  # fmt: skip
+
+
+def bench_full(dgx: int) -> dict[str, Any]:
+    """The first provision of a fresh lab: wall time, controller CPU, the ten slowest tasks."""
+    lab_up(dgx)
+    full = corectl("provision")
+    print(f"  full provision, head + {dgx} DGX: {full.wall:.1f} s", flush=True)
+    return {
+        "dgx": dgx,
+        "wall_s": round(full.wall, 1),
+        "cpu_s": round(full.cpu, 1),
+        "slowest": [[round(t, 1), n] for t, n in task_times(last_run()["dir"])[:10]],
+    }
+
+
+def bench_lab(sizes: list[int], full_dgx: int, only: set[str], keep: bool) -> dict[str, Any]:
+    results: dict[str, Any] = {"noop": [], "addnode": []}
     try:
-        full = corectl("provision")
-        results["full"] = {
-            "dgx": sizes[0],
-            "wall_s": round(full.wall, 1),
-            "cpu_s": round(full.cpu, 1),
-            "slowest": [[round(t, 1), n] for t, n in task_times(last_run()["dir"])[:10]],
-        }
-        print(f"  full provision, head + {sizes[0]} DGX: {full.wall:.1f} s", flush=True)
+        if "full" in only:
+            results["full"] = bench_full(full_dgx)
+        if not only & {"noop", "addnode"}:
+            return results
+        # the series grows one lab from the smallest size; its first provision is not the figure
+        # above unless the sizes start there (then the lab is reused)
+        if results.get("full", {}).get("dgx") != sizes[0]:
+            lab_up(sizes[0])
+            corectl("provision")
         with tempfile.TemporaryDirectory() as tmp:
             now = sizes[0]
             for size in sizes:
@@ -344,13 +361,58 @@ def report(results: dict[str, Any]) -> str:
             f"add-node wall-time ratio ({last['existing_dgx']} vs {first['existing_dgx']} existing DGX): "
             f"{last['wall_s'] / first['wall_s']:.2f}"
         )
+    if len(results.get("noop", [])) > 1:
+        lines += ["", *projection(results["noop"])]
     return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def projection(rows: list[dict[str, Any]]) -> list[str]:
+    """Each variant's no-op controller CPU per added DGX (least squares), times the node count.
+
+    The CPU time is what one control host spends; divided by its cores it is the best wall time
+    that host could reach if Ansible spread the work perfectly (it does not: one strategy process
+    per run, forks capped, a linear strategy waits for the slowest host at every task).
+    """
+    lines = [
+        "no-op projected from its controller CPU per added DGX: CPU time, and (in brackets) that time",
+        "spread perfectly over 16 cores",
+        "             per DGX" + "".join(f"{f'{n:,d} nodes':>22s}" for n in PROJECT_NODES),
+    ]
+    for variant in VARIANTS:
+        per = slope([(row["dgx"], row[variant]["cpu_s"]) for row in rows])
+        cells = "".join(f"{duration(per * n):>12s} ({duration(per * n / 16):>7s})" for n in PROJECT_NODES)
+        lines.append(f"  {variant:8s} {per:5.1f} CPU-s{cells}")
+    return lines
+
+
+def write_doc(text: str, argv: list[str]) -> bool:
+    """Put the table between docs/performance.md's bench markers; False when they are missing."""
+    doc = DOC.read_text(encoding="utf-8")
+    begin, end = doc.find(DOC_BEGIN), doc.find(DOC_END)
+    if begin < 0 or end < begin:
+        return False
+    command = "make bench" + (f' BENCH_ARGS="{" ".join(argv)}"' if argv else "")
+    block = (
+        f"{DOC_BEGIN}\nWritten by `{command}` (bench/fleet.py); run the same command to reproduce it.\n\n"
+        f"```\n{text}\n```\n"
+    )
+    DOC.write_text(doc[:begin] + block + doc[end:], encoding="utf-8")
+    return True
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,2,4,8", help="DGX stand-ins per no-op step, ascending")
-    parser.add_argument("--only", default="render,full,noop,addnode")
+    parser.add_argument("--full-dgx", type=int, default=2, help="DGX stand-ins in the full provision's fresh lab")
+    parser.add_argument("--only", default=",".join(PARTS))
     parser.add_argument("--keep", action="store_true", help="leave the bench lab running")
     options = parser.parse_args()
     sizes = sorted(int(s) for s in options.sizes.split(","))
@@ -359,13 +421,16 @@ def main() -> None:
     if "render" in only:
         results["render"] = bench_render()
     if only & {"full", "noop", "addnode"}:
-        results.update(bench_lab(sizes, only, options.keep))
+        results.update(bench_lab(sizes, options.full_dgx, only, options.keep))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     text = report(results)
     (ROOT / "build" / "bench.txt").write_text(text + "\n")
     print(text)
     print(f"\n(results: {RESULTS.relative_to(ROOT)}, build/bench.txt)")
+    if only >= set(PARTS):  # a partial run never replaces the whole table
+        written = write_doc(text, [a for a in sys.argv[1:] if a != "--keep"])
+        print(f"({DOC.relative_to(ROOT)}: {'table written' if written else 'no bench markers, not written'})")
 
 
 if __name__ == "__main__":
