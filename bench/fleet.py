@@ -12,7 +12,9 @@ Every figure is printed beside a baseline measured in the same run (these machin
            pipelining, forks 5, no fact cache); wall time, controller CPU, the slope per added
            node and each variant's ratio to stock.
   addnode  wall time and hosts touched by add-node beside 1 and beside 4 existing DGX.
-  project  the no-op's controller CPU per added DGX, projected to 128, 1,024 and 12,288 nodes.
+
+With two or more no-op sizes the report also projects each variant's controller CPU per added
+DGX to 128, 1,024 and 12,288 nodes.
 
     .venv/bin/python bench/fleet.py [--sizes 1,2,4,8] [--full-dgx 2] [--only render,full,noop,addnode] [--keep]
 

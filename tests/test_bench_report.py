@@ -1,0 +1,66 @@
+"""bench/fleet.py's report: the projection from the no-op's CPU slope, and the table it writes
+into docs/performance.md (only between the markers, and only for a run of every part)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import fleet
+
+
+def noop_rows() -> list[dict]:
+    """Controller CPU grows by 5, 3 and 2 CPU-seconds per DGX for stock, corectl and mitogen."""
+    per = {"stock": 5.0, "corectl": 3.0, "mitogen": 2.0}
+    return [
+        {"dgx": dgx, **{v: {"wall_s": 10.0 + 2 * k * dgx, "cpu_s": 4.0 + k * dgx} for v, k in per.items()}}
+        for dgx in (1, 2, 4, 8)
+    ]
+
+
+def test_projection_is_the_cpu_slope_times_the_node_count():
+    lines = fleet.projection(noop_rows())
+    mitogen = next(line for line in lines if line.strip().startswith("mitogen"))
+    # 2 CPU-s per DGX: 128 nodes 256 s (4 min), 1,024 nodes 2,048 s (34 min), 12,288 nodes 6.8 h
+    assert mitogen.split()[1:3] == ["2.0", "CPU-s"]
+    assert "4 min" in mitogen and "34 min" in mitogen and "6.8 h" in mitogen
+    stock = next(line for line in lines if line.strip().startswith("stock"))
+    assert stock.split()[1] == "5.0"
+
+
+def test_report_shows_every_figure_of_a_full_run():
+    results = {
+        "render": [{"nodes": 13, "render_s": 0.01, "peak_rss_mb": 40.0, "per_node_ratio": 1.0},
+                   {"nodes": 10000, "render_s": 0.9, "peak_rss_mb": 76.0, "per_node_ratio": 0.07,
+                    "ansible_inventory_s": 11.5, "ansible_inventory_rss_mb": 471.0,
+                    "ansible_inventory_export_s": 3.5}],
+        "full": {"dgx": 2, "wall_s": 133.2, "cpu_s": 28.1, "slowest": [[15.2, "slurm: Install MariaDB"]]},
+        "noop": noop_rows(),
+        "addnode": [{"node": "b-dgx02", "existing_dgx": 1, "wall_s": 93.0, "hosts_changed": ["b-dgx02"]},
+                    {"node": "b-dgx05", "existing_dgx": 4, "wall_s": 95.0, "hosts_changed": ["b-dgx05"]}],
+    }  # fmt: skip
+    text = fleet.report(results)
+    assert "fresh lab (head + 2 DGX): 133.2 s wall" in text
+    assert "ansible-inventory --list 11.50 s" in text and "--export 3.50 s" in text
+    assert "head + 8 DGX" in text
+    assert "mitogen: 4.0 s wall per added DGX" in text
+    assert "add-node wall-time ratio (4 vs 1 existing DGX): 1.02" in text
+    assert "12,288 nodes" in text
+
+
+def test_the_table_goes_between_the_markers_and_nowhere_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"# before\n\n{fleet.DOC_BEGIN}\nold table\n{fleet.DOC_END}\n\n# after\n")
+    monkeypatch.setattr(fleet, "DOC", doc)
+    assert fleet.write_doc("NEW TABLE", ["--sizes", "1,2"])
+    text = doc.read_text()
+    assert "old table" not in text
+    assert text.startswith("# before\n\n") and text.endswith(f"{fleet.DOC_END}\n\n# after\n")
+    assert 'Written by `make bench BENCH_ARGS="--sizes 1,2"`' in text and "NEW TABLE" in text
+    doc.write_text("# no markers\n")
+    assert not fleet.write_doc("NEW TABLE", [])
+    assert doc.read_text() == "# no markers\n"
