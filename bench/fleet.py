@@ -52,6 +52,7 @@ DOC = ROOT / "docs" / "performance.md"
 DOC_BEGIN, DOC_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 PARTS = ("render", "full", "noop", "addnode")
 PROJECT_NODES = (128, 1_024, 12_288)
+PROJECT_CORES = 16  # a control host's cores, for the "spread perfectly" column
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from render_scale import site_with  # noqa: E402
@@ -385,12 +386,12 @@ def projection(rows: list[dict[str, Any]]) -> list[str]:
     """
     lines = [
         "no-op projected from its controller CPU per added DGX: CPU time, and (in brackets) that time",
-        "spread perfectly over 16 cores",
+        f"spread perfectly over {PROJECT_CORES} cores",
         "             per DGX" + "".join(f"{f'{n:,d} nodes':>22s}" for n in PROJECT_NODES),
     ]
     for variant in VARIANTS:
         per = slope([(row["dgx"], row[variant]["cpu_s"]) for row in rows])
-        cells = "".join(f"{duration(per * n):>12s} ({duration(per * n / 16):>7s})" for n in PROJECT_NODES)
+        cells = "".join(f"{duration(per * n):>12s} ({duration(per * n / PROJECT_CORES):>7s})" for n in PROJECT_NODES)
         lines.append(f"  {variant:8s} {per:5.1f} CPU-s{cells}")
     return lines
 
