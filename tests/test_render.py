@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from corectl.cli import app
 from corectl.loader import load_cluster
-from corectl.render import render_text, site_vars
+from corectl.model import Profile
+from corectl.render import gpu_bindings, render_text, site_vars
 from corectl.render import switches as render_switches
 from corectl.runner import shared_inventory
 
@@ -83,7 +84,13 @@ def test_ansible_gives_each_host_its_profiles_hardware(root: Path, tmp_path: Pat
     )
     hw = json.loads(seen.stdout)["corectl_hw"]
     assert hw["cpus"] == 224
-    assert hw["gpus"] == {"count": 8, "model": "h100", "nvswitch": True, "autodetect": "nvml"}
+    assert hw["gpus"] == {
+        "count": 8,
+        "model": "h100",
+        "nvswitch": True,
+        "autodetect": "off",
+        "sockets": [0, 0, 0, 0, 1, 1, 1, 1],
+    }
     head = subprocess.run(
         [ansible_inventory, "-i", str(hosts), "--host", "head01"], capture_output=True, text=True, check=True
     )
@@ -195,3 +202,25 @@ def resolved_on_dgx05(root: Path, site_dir: Path, tmp_path: Path, expressions: l
         capture_output=True, text=True, check=True, cwd=root, env=env,
     )  # fmt: skip
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["dgx05"]["msg"]
+
+
+def _profile(sockets: int, cores: int, gpus: dict | None) -> Profile:
+    return Profile.model_validate(
+        {"sockets": sockets, "cores_per_socket": cores, "memory_mb": 1024, **({"gpus": gpus} if gpus else {})}
+    )
+
+
+def test_gres_binds_each_gpu_to_its_sockets_cores_in_slurms_numbering():
+    dgx = _profile(2, 56, {"count": 8, "model": "h100"})  # the default: split evenly, DGX H100's layout
+    assert gpu_bindings(dgx) == [
+        {"file": "/dev/nvidia[0-3]", "cores": "0-55"},
+        {"file": "/dev/nvidia[4-7]", "cores": "56-111"},
+    ]
+    declared = _profile(2, 1, {"count": 4, "model": "h100", "sockets": [1, 0, 0, 1]})
+    assert gpu_bindings(declared) == [
+        {"file": "/dev/nvidia0", "cores": "1"},
+        {"file": "/dev/nvidia[1-2]", "cores": "0"},
+        {"file": "/dev/nvidia3", "cores": "1"},
+    ]
+    assert gpu_bindings(_profile(2, 8, {"count": 3, "model": "a100"})) == []  # no even split: no binding
+    assert gpu_bindings(_profile(2, 8, None)) == []

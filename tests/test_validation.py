@@ -106,6 +106,18 @@ VARIANTS = [
         "key, not 'ssh-rsa'",
     ),
     ("    gid: 20001\n", "    gid: !!python/object/apply:os.system [id]\n", "groups[1].gid", "YAML tag"),
+    (
+        "      sockets: [0, 0, 0, 0, 1, 1, 1, 1]\n",
+        "      sockets: [0, 0, 0, 1, 1, 1, 1]\n",
+        "profiles.dgx-h100.gpus.sockets",
+        "names 7 sockets for 8 GPUs (one per GPU)",
+    ),
+    (
+        "      sockets: [0, 0, 0, 0, 1, 1, 1, 1]\n",
+        "      sockets: [0, 0, 0, 0, 1, 1, 2, 2]\n",
+        "profiles.dgx-h100.gpus.sockets",
+        "socket 2 does not exist (the profile has 2, from 0)",
+    ),
 ]
 
 

@@ -131,6 +131,7 @@ def _duplicates(items: Iterable[tuple[str | int, PathKey]], what: str) -> list[P
 def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems: list[Problem] = []
     problems += _check_cluster(config)
+    problems += _check_profiles(config)
     problems += _check_nodes(config, nodes)
     problems += _check_fabric(config, nodes)
     problems += _check_identities(config)
@@ -151,6 +152,23 @@ def _check_control(config: ClusterConfig) -> list[Problem]:
     if config.cluster.ssh.key is None:
         needs = "runners need cluster.ssh.key (the key their jobs take to the nodes)"
         problems.append(Problem(("control", "runners"), needs))
+    return problems
+
+
+def _check_profiles(config: ClusterConfig) -> list[Problem]:
+    """A GPU-to-socket map names one socket of the profile for each GPU."""
+    problems: list[Problem] = []
+    for name, profile in config.profiles.items():
+        gpus = profile.gpus
+        if gpus is None or gpus.sockets is None:
+            continue
+        path: PathKey = ("profiles", name, "gpus", "sockets")
+        if len(gpus.sockets) != gpus.count:
+            problems.append(Problem(path, f"names {len(gpus.sockets)} sockets for {gpus.count} GPUs (one per GPU)"))
+        elif max(gpus.sockets) >= profile.sockets:
+            problems.append(
+                Problem(path, f"socket {max(gpus.sockets)} does not exist (the profile has {profile.sockets}, from 0)")
+            )
     return problems
 
 

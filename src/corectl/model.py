@@ -74,6 +74,11 @@ class GpuSpec(Strict):
     model: Identifier = Field(description="GRES type, e.g. h100")
     nvswitch: bool = False
     autodetect: Literal["off", "nvml"] = Field("off", description="gres.conf AutoDetect")
+    sockets: list[Annotated[int, Field(ge=0, le=63)]] | None = Field(
+        None,
+        description="CPU socket of each GPU, by GPU index (gres.conf Cores=); default: the GPUs split evenly "
+        "over the sockets in index order, as on DGX H100 (GPUs 0-3 on socket 0, 4-7 on socket 1)",
+    )
 
 
 class Profile(Strict):

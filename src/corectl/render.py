@@ -28,6 +28,44 @@ def profile_vars(profile: Profile) -> dict[str, Any]:
     return data
 
 
+def gpu_sockets(profile: Profile) -> list[int] | None:
+    """The CPU socket of each GPU, by index: as declared, else the GPUs split evenly over the
+    sockets in index order (DGX H100: 0-3 on socket 0, 4-7 on socket 1); None when the profile
+    has no GPUs or they do not split evenly (no binding is then declared)."""
+    gpus = profile.gpus
+    if gpus is None:
+        return None
+    if gpus.sockets is not None:
+        return list(gpus.sockets)
+    if gpus.count % profile.sockets:
+        return None
+    per_socket = gpus.count // profile.sockets
+    return [index // per_socket for index in range(gpus.count)]
+
+
+def gpu_bindings(profile: Profile) -> list[dict[str, str]]:
+    """gres.conf lines of a profile: each run of GPUs on one socket with that socket's cores, in
+    Slurm's logical core numbering (socket s holds cores s*cores_per_socket and up, whatever OS
+    CPU numbers the kernel gives their threads)."""
+    sockets = gpu_sockets(profile)
+    if sockets is None:
+        return []
+    runs: list[tuple[int, int, int]] = []  # (first GPU, last GPU, socket)
+    for index, socket in enumerate(sockets):
+        if runs and runs[-1][2] == socket and runs[-1][1] == index - 1:
+            runs[-1] = (runs[-1][0], index, socket)
+        else:
+            runs.append((index, index, socket))
+    per = profile.cores_per_socket
+    return [
+        {
+            "file": f"/dev/nvidia{first}" if first == last else f"/dev/nvidia[{first}-{last}]",
+            "cores": f"{socket * per}" if per == 1 else f"{socket * per}-{socket * per + per - 1}",
+        }
+        for first, last, socket in runs
+    ]
+
+
 def group_name(kind: str, name: str) -> str:
     return f"{kind}_{name.replace('-', '_')}"
 
@@ -70,7 +108,8 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
                 "cores_per_socket": profile.cores_per_socket,
                 "threads_per_core": profile.threads_per_core,
                 "memory_mb": profile.memory_mb,
-                "gpu": profile.gpus.model_dump() if profile.gpus else None,
+                "gpu": {**profile.gpus.model_dump(), "bindings": gpu_bindings(profile)} if profile.gpus else None,
+                "scratch": profile.scratch,
             }
         )
     by_name = {n.name: n for n in cluster.nodes}

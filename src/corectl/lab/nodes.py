@@ -132,8 +132,10 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
         "profiles": {
             "dgx-standin": {
                 "description": "systemd container standing in for a DGX H100 (GPUs simulated)",
-                "sockets": 1,
-                "cores_per_socket": 2,
+                # the machine's two cores as two sockets of one core: GPUs 0-3 bind to socket 0's
+                # core, 4-7 to socket 1's, as on a DGX H100 (the gres.conf Cores= test)
+                "sockets": 2,
+                "cores_per_socket": 1,
                 "threads_per_core": 1,
                 "memory_mb": 1024,
                 "scratch": "/raid",
