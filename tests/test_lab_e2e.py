@@ -410,6 +410,187 @@ def test_a_container_job_runs_through_pyxis_and_enroot(lab: Path):
         assert left == [], left
 
 
+# What a research team's job needs (issue 32): MPI through PMIx, bare and in a container, each
+# job with its own /tmp, and GPUs bound to the cores of their socket.
+MPI_IMAGE = "/var/tmp/corectl-e2e-mpi.sqsh"
+# each rank adds rank+1: four ranks sum to 10; the job's /tmp is its own mount
+MPI_TASK = (
+    "python3 -c 'from mpi4py import MPI; c = MPI.COMM_WORLD; "
+    'print("rank=%d size=%d sum=%d" % (c.rank, c.size, c.allreduce(c.rank + 1)))\'; '
+    'echo "tmp=$(findmnt -n -o SOURCE /tmp) pmix=$(env | grep -c ^PMIX_SERVER_URI)"'
+)
+
+
+def install_mpi_as_a_user_would() -> None:
+    """Debian's OpenMPI and mpi4py on the GPU nodes, as a site's user software would be."""
+    for container in (DGX1, DGX2):
+        subprocess.run(
+            ["docker", "exec", "-e", "DEBIAN_FRONTEND=noninteractive", container, "apt-get", "install", "-y", "-qq",
+             "--no-install-recommends", "openmpi-bin", "python3-mpi4py"],
+            capture_output=True, check=True,
+        )  # fmt: skip
+
+
+def make_mpi_image() -> None:
+    """A squashfs of the stand-in image with OpenMPI and mpi4py installed in it (the job's own
+    MPI, not the node's), on both GPU nodes."""
+    image = subprocess.run(
+        ["docker", "inspect", "--format", "{{.Config.Image}}", DGX1], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    name = "corectl-labtest-e2e-mpi-image"
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    install = (
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
+        " openmpi-bin python3-mpi4py >/dev/null"
+    )
+    subprocess.run(["docker", "run", "--name", name, image, "sh", "-c", install], capture_output=True, check=True)
+    try:
+        pack = (
+            "set -e; rm -rf /var/tmp/mpi; mkdir /var/tmp/mpi; tar -x -C /var/tmp/mpi; cd /var/tmp/mpi;"
+            " rm -rf dev/* proc/* sys/* run/* usr/share/doc usr/share/man var/cache/* var/lib/apt/lists/*;"
+            f" mksquashfs /var/tmp/mpi {MPI_IMAGE} -noappend -comp lzo -quiet -no-progress;"
+            f" chmod 0644 {MPI_IMAGE}; rm -rf /var/tmp/mpi"
+        )
+        exported = subprocess.Popen(["docker", "export", name], stdout=subprocess.PIPE)
+        subprocess.run(["docker", "exec", "-i", DGX1, "sh", "-c", pack], stdin=exported.stdout, check=True)
+        assert exported.wait() == 0
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    copied = subprocess.Popen(["docker", "exec", DGX1, "cat", MPI_IMAGE], stdout=subprocess.PIPE)
+    subprocess.run(
+        ["docker", "exec", "-i", DGX2, "sh", "-c", f"cat > {MPI_IMAGE} && chmod 0644 {MPI_IMAGE}"],
+        stdin=copied.stdout,
+        check=True,
+    )
+    assert copied.wait() == 0
+
+
+def mpi_lines(out: str) -> list[dict[str, str]]:
+    return sorted(
+        (dict(item.split("=", 1) for item in line.split()) for line in out.splitlines() if "=" in line),
+        key=lambda fields: sorted(fields.items()),
+    )
+
+
+def test_an_mpi_job_runs_across_two_nodes_through_pmix_bare_and_in_a_container(lab: Path):
+    install_mpi_as_a_user_would()
+    make_mpi_image()
+    # MpiDefault is pmix: the plain srun line users type; --mpi=pmix said explicitly in the second
+    for extra in ([], [f"--container-image={MPI_IMAGE}", "--mpi=pmix"]):
+        run = subprocess.run(
+            ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=2", "--ntasks=4",
+             "--ntasks-per-node=2", *extra, "sh", "-c", MPI_TASK],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
+        fields = mpi_lines(run.stdout)
+        ranks = [f for f in fields if "rank" in f]
+        assert sorted(f["rank"] for f in ranks) == ["0", "1", "2", "3"], run.stdout + run.stderr
+        assert {(f["size"], f["sum"]) for f in ranks} == {("4", "10")}, run.stdout
+        places = [f for f in fields if "tmp" in f]
+        assert len(places) == 4, run.stdout
+        for place in places:
+            # each task's /tmp is its job's directory on the node's scratch (job_container/tmpfs) ...
+            assert re.search(r"\[/raid/slurm-job-tmp/e2e-dgx0[12]/\d+/\.\d+\]$", place["tmp"]), place
+            # ... and PMIx's server is reachable from the task, in the container too
+            assert int(place["pmix"]) >= 1, place
+
+
+def test_each_job_has_its_own_tmp_that_is_gone_after_it(lab: Path):
+    hold = (
+        'echo "from $SLURM_JOB_ID" > /tmp/e2e-private; echo "$SLURM_JOB_ID $(findmnt -n -o SOURCE /tmp)"'
+        ' > "$HOME/e2e-tmp-first"; until [ -e "$HOME/e2e-tmp-done" ]; do sleep 0.5; done'
+    )
+    docker_exec(DGX1, "sh", "-c", "rm -f /home/alice/e2e-tmp-*")
+    first = subprocess.Popen(
+        ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1",
+         "--cpus-per-task=1", "sh", "-c", hold],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        seen = wait_for(lambda: docker_exec(DGX1, "cat", "/home/alice/e2e-tmp-first", check=False).split(),
+                        lambda found: len(found) == 2 or first.poll() is not None, 120)  # fmt: skip
+        assert len(seen) == 2, first.communicate()
+        job, mount = seen
+        assert mount.endswith(f"/slurm-job-tmp/e2e-dgx01/{job}/.{job}]"), mount
+        # a second job at the same time on the same node sees an empty /tmp of its own
+        second = docker_exec(
+            HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1", "--cpus-per-task=1",
+            "sh", "-c", "ls -A /tmp; findmnt -n -o SOURCE /tmp",
+        ).split()  # fmt: skip
+        assert len(second) == 1 and second[0] != mount and "/slurm-job-tmp/e2e-dgx01/" in second[0], second
+        # the first job's file is on the node's scratch while it runs, not in the node's /tmp
+        kept = docker_exec(DGX1, "sh", "-c", f"cat /raid/slurm-job-tmp/e2e-dgx01/{job}/.{job}/e2e-private")
+        assert kept.strip() == f"from {job}"
+        assert docker_exec(DGX1, "sh", "-c", "ls -A /tmp").split().count("e2e-private") == 0
+        docker_exec(DGX1, "runuser", "-u", "alice", "--", "touch", "/home/alice/e2e-tmp-done")
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 0, out + err
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # the job is over: its directory is gone from the scratch
+    listing = f"ls -A /raid/slurm-job-tmp/e2e-dgx01/ | grep -x {job}; true"
+    left = wait_for(lambda: docker_exec(DGX1, "sh", "-c", listing), lambda found: found.strip() == "", 30)
+    assert left.strip() == "", left
+
+
+def test_gpus_come_with_the_cores_of_their_socket(lab: Path):
+    """The stand-in DGX is declared as 2 sockets of 1 core, GPUs 0-3 on socket 0 and 4-7 on
+    socket 1 (gres.conf Cores=). With one core taken by a CPU-only job, a 4-GPU job with
+    --gres-flags=enforce-binding can only get the other socket's GPUs; without Cores= it would
+    take GPUs 0-3 whatever core it got."""
+    gpu_task = 'echo "gpus=$SLURM_STEP_GPUS $(grep Cpus_allowed_list /proc/self/status | tr -d "\\t")"'
+    for _ in range(2):
+        docker_exec(DGX1, "sh", "-c", "rm -f /home/alice/e2e-bind-*")
+        filler = subprocess.Popen(
+            ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1",
+             "--cpus-per-task=1", "sh", "-c",
+             'grep Cpus_allowed_list /proc/self/status | cut -f2 > "$HOME/e2e-bind-filler";'
+             ' until [ -e "$HOME/e2e-bind-done" ]; do sleep 0.5; done'],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            core = wait_for(lambda: docker_exec(DGX1, "cat", "/home/alice/e2e-bind-filler", check=False).strip(),
+                            lambda found, job=filler: found != "" or job.poll() is not None, 60)  # fmt: skip
+            assert core in ("0", "1"), filler.communicate()
+            bound = docker_exec(
+                HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1",
+                "--cpus-per-task=1", "--gres=gpu:4", "--gres-flags=enforce-binding", "sh", "-c", gpu_task,
+            ).strip()  # fmt: skip
+            other = 1 - int(core)
+            assert bound == f"gpus={','.join(str(4 * other + i) for i in range(4))} Cpus_allowed_list:{other}", bound
+            docker_exec(DGX1, "runuser", "-u", "alice", "--", "touch", "/home/alice/e2e-bind-done")
+            assert filler.wait(timeout=60) == 0
+        finally:
+            if filler.poll() is None:
+                filler.kill()
+
+
+def test_nvml_autodetect_without_its_plugin_stops_the_run_before_any_change(lab: Path):
+    cluster_yml = lab / "cluster.yml"
+    declared = cluster_yml.read_text()
+    assert declared.count("autodetect: 'off'") == 1
+    cluster_yml.write_text(declared.replace("autodetect: 'off'", "autodetect: nvml"))
+    try:
+        corectl("render", "--inventory", str(lab))
+        refused = corectl("provision", "--inventory", str(lab), check=False)
+    finally:
+        cluster_yml.write_text(declared)
+        corectl("render", "--inventory", str(lab))
+    assert refused.returncode == 1, refused.stdout
+    slurm = docker_exec(DGX1, "dpkg-query", "-W", "-f=${Version}", "slurm-wlm-basic-plugins")
+    for node in ("e2e-dgx01", "e2e-dgx02"):
+        assert (
+            f"{node}: gpus.autodetect nvml needs slurm-wlm-nvml-plugin {slurm} (Debian contrib) and the "
+            "driver's libnvidia-ml, but no repository of the node offers the plugin" in refused.stdout
+        ), refused.stdout
+    record = runs(lab)[-1]
+    assert record["status"] == "failed"
+    assert all(h["changed"] == 0 for h in record["hosts"].values()), record["hosts"]
+    assert set(record["hosts"]) == {"e2e-dgx01", "e2e-dgx02"}  # stopped in its first play: no other host reached
+
+
 def test_drain_and_resume(lab: Path):
     head, args = "corectl-labtest-e2e-head01", ["--inventory", str(lab)]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from corectl import hostlist
 from corectl.files import write_if_changed
-from corectl.model import ROLES, Cluster, Node, Profile
+from corectl.model import ROLES, Account, Cluster, ClusterConfig, Node, Profile, User
 
 
 def _key_path(key: str | None) -> str | None:
@@ -64,6 +64,15 @@ def gpu_bindings(profile: Profile) -> list[dict[str, str]]:
         }
         for first, last, socket in runs
     ]
+
+
+def def_cpu_per_gpu(members: list[Profile]) -> int | None:
+    """A GPU partition's DefCpuPerGPU: the fewest CPUs per GPU of its nodes' profiles, so a GPU
+    job without -c gets its share of cores (and, through DefMemPerCPU, of memory); None where a
+    member has no GPUs or fewer CPUs than GPUs."""
+    shares = [profile_vars(p)["cpus"] // p.gpus.count if p.gpus else 0 for p in members]
+    share = min(shares, default=0)
+    return share if share >= 1 else None
 
 
 def group_name(kind: str, name: str) -> str:
@@ -123,6 +132,8 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
                 "nodes": hostlist.compress([n.name for n in members]),
                 # jobs share nodes: without a default, each job would take a whole node's memory
                 "def_mem_per_cpu": min(profiles[n.profile].memory_mb for n in members) // per_cpu,
+                "def_cpu_per_gpu": def_cpu_per_gpu([profiles[n.profile] for n in members]),
+                "billing_weights": billing_weights(partition.billing_weights, [profiles[n.profile] for n in members]),
             }
         )
     dbd = cluster.with_role("slurm_dbd")
@@ -134,18 +145,74 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
         "pam_slurm_adopt": config.slurm.pam_slurm_adopt,
         "node_groups": node_groups,
         "partitions": partitions,
-        "accounts": [{"name": g.name} for g in config.groups],
+        "priority": config.slurm.priority.model_dump(),
+        "qos": [q.model_dump() for q in config.slurm.qos],
+        "accounts": accounts(config),
         "users": [
             {
                 "name": u.name,
-                "default_account": u.group,
-                "accounts": list(dict.fromkeys([u.group, *u.groups])),
+                "default_account": user_accounts(u)[0],
+                "accounts": user_accounts(u),
                 "admin": u.admin,
                 "state": u.state,
             }
             for u in config.users
         ],
     }
+
+
+def user_accounts(user: User) -> list[str]:
+    """A user's Slurm accounts, the default first: as declared, else the primary group and then
+    the supplementary groups."""
+    return list(dict.fromkeys(user.slurm_accounts or [user.group, *user.groups]))
+
+
+def accounts(config: ClusterConfig) -> list[dict[str, Any]]:
+    """The account tree, each parent before its children (declared order among siblings): the
+    declared accounts, and each group not declared as an account under root with one share."""
+    declared = {a.name: a for a in config.slurm.accounts}
+    implicit = [Account(name=g.name) for g in config.groups if g.name not in declared]
+    every = [*config.slurm.accounts, *implicit]
+    children: dict[str, list[Account]] = {}
+    for account in every:
+        children.setdefault(account.parent, []).append(account)
+    ordered: list[dict[str, Any]] = []
+    stack = list(reversed(children.get("root", [])))
+    while stack:
+        account = stack.pop()
+        ordered.append({**account.model_dump(), "description": account.description or account.name})
+        stack.extend(reversed(children.get(account.name, [])))
+    return ordered
+
+
+def _number(value: float) -> str:
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+BILLING_KEYS = {"cpu": "CPU", "mem": "Mem", "node": "Node", "gres/gpu": "GRES/gpu"}
+
+
+def billing_weights(declared: dict[str, float] | None, members: list[Profile]) -> str:
+    """A partition's TRESBillingWeights ("" for Slurm's default, CPUs only). Default, where the
+    partition has GPU nodes: from its most common GPU profile, a CPU weighs 1 and the node's
+    memory, or its GPUs, weigh as much as all its CPUs (a 224-CPU node with 8 GPUs: 28 a GPU), so
+    a job is billed the share of the node it takes of each, in CPUs."""
+    if declared is None:
+        gpu_profiles = [p for p in members if p.gpus is not None]
+        if not gpu_profiles:
+            return ""
+        counts: dict[int, int] = {}
+        for profile in gpu_profiles:
+            counts[id(profile)] = counts.get(id(profile), 0) + 1
+        profile = max(gpu_profiles, key=lambda p: counts[id(p)])
+        assert profile.gpus is not None
+        cpus = profile_vars(profile)["cpus"]
+        declared = {"cpu": 1.0, "mem": cpus / (profile.memory_mb / 1024), "gres/gpu": cpus / profile.gpus.count}
+    parts = []
+    for key, slurm_name in BILLING_KEYS.items():
+        if key in declared:
+            parts.append(f"{slurm_name}={_number(declared[key])}{'G' if key == 'mem' else ''}")
+    return ",".join(parts)
 
 
 def site_vars(cluster: Cluster) -> dict[str, Any]:
@@ -200,6 +267,15 @@ def inventory(cluster: Cluster) -> dict[str, Any]:
     gpu_nodes = [n.name for n in cluster.with_gpus()]
     if gpu_nodes:
         children["gpu"] = {"hosts": {name: None for name in gpu_nodes}}
+    # compute nodes whose GPUs slurmd finds through NVML: checked before a run changes anything
+    profiles = cluster.config.profiles
+    nvml = [
+        n.name
+        for n in cluster.with_gpus()
+        if "compute" in n.roles and getattr(profiles[n.profile].gpus, "autodetect", "off") == "nvml"
+    ]
+    if nvml:
+        children["gpu_nvml"] = {"hosts": {name: None for name in nvml}}
     # a profile's hardware once, as its group's variables (not repeated under each of its hosts)
     for profile in sorted(cluster.config.profiles):
         members = [n.name for n in cluster.nodes if n.profile == profile]

@@ -170,6 +170,16 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             "accounting": True,
             "pam_slurm_adopt": True,
             "partitions": [{"name": "batch", "nodes": compute_range, "default": True}],
+            # a declared accounting tree for the end-to-end test: fair share, a GPU cap, preemption
+            "qos": [
+                {"name": "high", "priority": 100, "preempt": ["low"]},
+                {"name": "low"},
+            ],
+            "accounts": [
+                {"name": "research", "fairshare": 10, "qos": ["normal", "high", "low"]},
+                {"name": "vision", "parent": "research", "fairshare": 5, "grp_tres": {"gres/gpu": 4}},
+                {"name": "hpcadmin"},
+            ],
         },
         "groups": [{"name": "research", "gid": 20000}, {"name": "hpcadmin", "gid": 20001}],
         "users": [
@@ -177,6 +187,8 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
                 "name": LAB_USER,
                 "uid": 20001,
                 "group": "research",
+                # her default account, and the team's sub-account with its GPU cap
+                "slurm_accounts": ["research", "vision"],
                 **({"ssh_keys": [user_key]} if user_key else {}),
             },
             {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
