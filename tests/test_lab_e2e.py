@@ -591,6 +591,121 @@ def test_nvml_autodetect_without_its_plugin_stops_the_run_before_any_change(lab:
     assert set(record["hosts"]) == {"e2e-dgx01", "e2e-dgx02"}  # stopped in its first play: no other host reached
 
 
+def sbatch(*args: str) -> str:
+    """Submit as alice; the job id."""
+    return docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--output=/dev/null", *args
+    ).strip()  # fmt: skip
+
+
+def job_state(job: str) -> str:
+    """'STATE REASON' of a job in the queue ("" once it left)."""
+    return docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T %r", check=False).strip()
+
+
+def test_fair_share_tree_and_gpu_jobs_count_in_usage(lab: Path):
+    tree = docker_exec(HEAD, "sshare", "--noheader", "--parsable2", "--all", "--format=Account,User,RawShares")
+    accounts = [line for line in tree.splitlines() if line.split("|")[1:2] == [""]]
+    # the declared tree: research (10 shares) with its sub-account vision (5), hpcadmin (1), under root
+    assert {" research||10", "  vision||5", " hpcadmin||1"} <= set(accounts), tree
+    assert "   vision|alice|1" in tree.splitlines(), tree
+
+    def usage() -> int:
+        line = docker_exec(HEAD, "sshare", "--noheader", "--parsable2", "--accounts=vision", "--format=RawUsage")
+        return int(line.splitlines()[0])
+
+    before = usage()
+    billed = {}
+    for gres in ("", "--gres=gpu:4"):
+        job = docker_exec(
+            HEAD, "runuser", "-u", "alice", "--", "srun", "--account=vision", "--nodelist=e2e-dgx02", "--ntasks=1",
+            "--cpus-per-task=1", *([gres] if gres else []), "sh", "-c", 'sleep 2; echo "$SLURM_JOB_ID"',
+        ).strip()  # fmt: skip
+        tres = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-j", job, "-o", "AllocTRES").strip()
+        billed[gres] = dict(item.split("=", 1) for item in tres.split(","))
+    # TRESBillingWeights count GPUs: the same job with four GPUs (the cap of vision) is billed more
+    assert billed["--gres=gpu:4"]["gres/gpu"] == "4", billed
+    assert int(billed["--gres=gpu:4"]["billing"]) > int(billed[""]["billing"]), billed
+    assert wait_for(usage, lambda now: now > before, 60) > before
+
+
+def test_a_job_past_its_accounts_gpu_cap_pends_with_slurms_reason(lab: Path):
+    # vision's cap is gres/gpu=4 (GrpTRES): 4 GPUs run, one more waits although dgx02 has 8 free
+    first = sbatch("--account=vision", "--nodelist=e2e-dgx01", "--gres=gpu:4", "--wrap", "sleep 300")
+    second = sbatch("--account=vision", "--nodelist=e2e-dgx02", "--gres=gpu:1", "--wrap", "sleep 300")
+    try:
+        assert wait_for(lambda: job_state(first), lambda s: s.startswith("RUNNING"), 60).startswith("RUNNING")
+        assert wait_for(lambda: job_state(second), lambda s: s == "PENDING AssocGrpGRES", 60) == "PENDING AssocGrpGRES"
+        # under research itself, which has no cap, the same request runs
+        third = sbatch("--account=research", "--nodelist=e2e-dgx02", "--gres=gpu:1", "--wrap", "sleep 300")
+        assert wait_for(lambda: job_state(third), lambda s: s.startswith("RUNNING"), 60).startswith("RUNNING")
+    finally:
+        docker_exec(HEAD, "scancel", "--user=alice")
+    assert wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--user=alice"), lambda q: q.strip() == "") == ""
+
+
+def test_a_job_of_a_preempting_qos_requeues_a_preemptable_one(lab: Path):
+    low = sbatch("--qos=low", "--nodes=2", "--exclusive", "--wrap", "sleep 600")
+    try:
+        assert wait_for(lambda: job_state(low), lambda s: s.startswith("RUNNING"), 60).startswith("RUNNING")
+        high = sbatch("--qos=high", "--nodes=1", "--exclusive", "--wrap", "sleep 600")
+        assert wait_for(lambda: job_state(high), lambda s: s.startswith("RUNNING"), 90).startswith("RUNNING")
+
+        def restarts() -> int:
+            shown = docker_exec(HEAD, "scontrol", "show", "job", low)
+            return int(re.search(r"Restarts=(\d+)", shown).group(1))  # type: ignore[union-attr]
+
+        # the low job was requeued (not cancelled): back in the queue, its restart count up
+        assert wait_for(restarts, lambda n: n >= 1, 60) >= 1
+        assert job_state(low).startswith("PENDING"), job_state(low)
+    finally:
+        docker_exec(HEAD, "scancel", "--user=alice")
+    assert wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--user=alice"), lambda q: q.strip() == "") == ""
+
+
+def vision_limit() -> str:
+    return docker_exec(
+        HEAD, "sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where", "account=vision", "user=",
+        "format=GrpTRES",
+    ).strip()  # fmt: skip
+
+
+def last_run_changes(lab: Path) -> dict[str, int]:
+    return {host: counts["changed"] for host, counts in runs(lab)[-1]["hosts"].items()}
+
+
+def test_the_accounting_database_converges_to_cluster_yml(lab: Path):
+    args = ["--inventory", str(lab), "--tags", "slurm"]
+    # a limit changed by hand is put back, and only that changes
+    docker_exec(HEAD, "sacctmgr", "--immediate", "modify", "account", "where", "name=vision", "set",
+                "grptres=gres/gpu=7")  # fmt: skip
+    assert vision_limit() == "gres/gpu=7"
+    corectl("provision", *args)
+    assert vision_limit() == "gres/gpu=4"
+    assert last_run_changes(lab) == {"e2e-head01": 1, "e2e-dgx01": 0, "e2e-dgx02": 0}
+    corectl("provision", *args)
+    assert set(last_run_changes(lab).values()) == {0}
+    # an account cluster.yml drops while it has a pending job is reported and kept
+    held = sbatch("--account=vision", "--hold", "--wrap", "true")
+    cluster_yml = lab / "cluster.yml"
+    declared = cluster_yml.read_text()
+    dropped = declared.replace("  - research\n  - vision\n", "  - research\n")
+    dropped = re.sub(r"  - name: vision\n(    .*\n)+", "", dropped)
+    assert "vision" not in dropped, dropped
+    cluster_yml.write_text(dropped)
+    try:
+        corectl("render", "--inventory", str(lab))
+        kept = corectl("provision", *args)
+        assert "WARNING e2e-head01: account vision: kept, it has running or pending jobs" in kept.stdout, kept.stdout
+        assert vision_limit() == "gres/gpu=4"
+    finally:
+        cluster_yml.write_text(declared)
+        corectl("render", "--inventory", str(lab))
+        docker_exec(HEAD, "scancel", held)
+    corectl("provision", *args)
+    assert set(last_run_changes(lab).values()) == {0}
+
+
 def test_drain_and_resume(lab: Path):
     head, args = "corectl-labtest-e2e-head01", ["--inventory", str(lab)]
 

@@ -164,11 +164,14 @@ class LiveProgress:
             return
         if shard in self.plays:
             self.plays[shard].add(host, result)
+        data = event.get("event_data") or {}
+        for warning in (data.get("res") or {}).get("warnings") or () if result in ("ok", "changed") else ():
+            # what a module kept back and why (an account that still has jobs)
+            self.console.print(Text.assemble(("WARNING", "yellow"), f" {host}: {warning}"))
         if result == "changed":
             self.hosts_changed.add(host)
         elif result in FAILURES:
             self.hosts_failed.add(host)
-            data = event.get("event_data") or {}
             detail = failure_detail(data, unreachable=result == "unreachable")
             self.console.print(Text.assemble(("FAILED", "red"), f" {host}: {data.get('task', '')}: {detail}"))
 

@@ -53,6 +53,69 @@ WantedBy=multi-user.target
 UNIT
 ln -sf /etc/systemd/system/corectl-ssh-hostkeys.service \
   /etc/systemd/system/multi-user.target.wants/corectl-ssh-hostkeys.service
+# Some host kernels (measured here: 6.18) number mount namespaces from per-CPU batches and
+# refuse to bind-mount a namespace numbered below the caller's own (their namespace loop check:
+# EINVAL). Slurm's job_container/tmpfs binds every job's new namespace, so every job whose
+# namespace is made on a CPU whose batch lies below this container's namespace fails to start.
+# At boot, before slurmd, namespaces are made on each such CPU until it draws a new batch
+# (numbered above every namespace that exists): from then on every job's binds.
+cat > /usr/local/sbin/corectl-standin-nsid <<'SCRIPT'
+#!/bin/sh
+set -u
+dir=/run/corectl-nsid
+mkdir -p "$dir/bind"
+mount --bind "$dir/bind" "$dir/bind" || exit 0
+touch "$dir/bind/ns"
+bindable() {  # can a mount namespace made on CPU $1 be bound here?
+  rm -f "$dir/ready"
+  taskset -c "$1" unshare -m sh -c "touch $dir/ready; exec sleep 60" &
+  holder=$!
+  while [ ! -e "$dir/ready" ]; do
+    kill -0 "$holder" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  ok=1
+  if mount --bind "/proc/$holder/ns/mnt" "$dir/bind/ns" 2>/dev/null; then
+    umount "$dir/bind/ns"
+    ok=0
+  fi
+  kill "$holder"
+  wait "$holder" 2>/dev/null
+  return $ok
+}
+last=$(($(getconf _NPROCESSORS_CONF) - 1))
+for cpu in $(seq 0 "$last"); do
+  taskset -c "$cpu" true 2>/dev/null || continue
+  made=0
+  until bindable "$cpu"; do
+    if [ "$made" -ge 16384 ]; then
+      echo "cpu $cpu: namespaces made there still cannot be bound" >&2
+      break
+    fi
+    taskset -c "$cpu" sh -c 'i=0; while [ $i -lt 256 ]; do unshare -m true; i=$((i + 1)); done'
+    made=$((made + 256))
+  done
+  echo "cpu $cpu: bindable after $made new namespaces"
+done
+umount "$dir/bind"
+rm -rf "$dir"
+SCRIPT
+chmod 0755 /usr/local/sbin/corectl-standin-nsid
+cat > /etc/systemd/system/corectl-standin-nsid.service <<'UNIT'
+[Unit]
+Description=Mount namespaces that Slurm's job_container/tmpfs can bind (corectl stand-in node)
+Before=slurmd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/corectl-standin-nsid
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+ln -sf /etc/systemd/system/corectl-standin-nsid.service \
+  /etc/systemd/system/multi-user.target.wants/corectl-standin-nsid.service
 # A console getty has no console to talk to in a container.
 ln -sf /dev/null /etc/systemd/system/console-getty.service
 cat > /etc/apt/sources.list <<SOURCES
