@@ -141,3 +141,18 @@ def test_on_a_terminal_the_play_lines_are_printed_above_the_live_display():
     # the live display shows the tasks against the total; the printed line does not repeat it
     assert re.search(r"PLAY Slurm compute nodes: 2 hosts, 1 ok, 1 changed, 1 failed, \d+s\n", out.getvalue())
     assert "task 4/8, ~40s left" in out.getvalue()
+
+
+def test_what_a_module_warns_of_is_printed_with_its_host():
+    kept = "account vision: kept, it has running or pending jobs"
+    lines = replay(
+        [
+            play("Slurm controller"),
+            result("ok", "head01", "Converge QOS, accounts and users' associations", changed=False, warnings=[kept]),
+            result("ok", "head02", "Converge", changed=True, warnings=[{"event": {"msg": "as 2.19 may carry it"}}]),
+            result("failed", "head01", "Other", msg="boom", warnings=["not printed: the failure says it"]),
+            STATS,
+        ]
+    )
+    assert lines[:2] == [f"WARNING head01: {kept}", "WARNING head02: as 2.19 may carry it"]
+    assert not any("not printed" in line for line in lines)

@@ -525,4 +525,6 @@ def test_module_applies_and_warns_about_kept_items(monkeypatch: pytest.MonkeyPat
         "user dave: kept in account(s) physics, it has running or pending jobs",
         "account physics: kept, it has running or pending jobs",
     ]
-    assert [w["event"]["msg"] for w in result["warnings"]] == result["kept"]  # Ansible prints them as warnings
+    # each is also passed to module.warn (Ansible's warnings, which corectl prints with the host):
+    # how a module result carries them depends on Ansible's process-wide state, so the e2e test
+    # checks the printed line instead

@@ -118,6 +118,8 @@ VARIANTS = [
         "profiles.dgx-h100.gpus.sockets",
         "socket 2 does not exist (the profile has 2, from 0)",
     ),
+    # an error on line 100: printed as ":100:", not as rich's emoji code for it
+    ("    uid: 21003\n", "    uid: 999\n", "users[2].uid", "greater than or equal to 1000"),
 ]
 
 

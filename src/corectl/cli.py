@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from corectl.bootstrap import Login
     from corectl.runner import RunResult
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, emoji=False)
 
 
 class _Group(TyperGroup):
@@ -60,7 +60,7 @@ secrets_app = typer.Typer(help="Site secrets (munge key, database passwords), va
 app.add_typer(secrets_app, name="secrets")
 
 # Piped output (CI logs, grep) gets whole lines instead of rich's 80-column default.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 InventoryOpt = Annotated[
     str | None,

@@ -53,6 +53,16 @@ class TaskResults:
         self.sink(event)
 
 
+def warning_text(warning: object) -> str:
+    """A module warning as a task result carries it: a string, or (ansible-core 2.19's result
+    profiles) a mapping with the text under event.msg or msg."""
+    if isinstance(warning, dict):
+        event = warning.get("event")
+        text = event.get("msg") if isinstance(event, dict) else warning.get("msg")
+        return str(text if text is not None else warning)
+    return str(warning)
+
+
 def _seconds(value: float) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.0f}m"
 
@@ -167,7 +177,7 @@ class LiveProgress:
         data = event.get("event_data") or {}
         for warning in (data.get("res") or {}).get("warnings") or () if result in ("ok", "changed") else ():
             # what a module kept back and why (an account that still has jobs)
-            self.console.print(Text.assemble(("WARNING", "yellow"), f" {host}: {warning}"))
+            self.console.print(Text.assemble(("WARNING", "yellow"), f" {host}: {warning_text(warning)}"))
         if result == "changed":
             self.hosts_changed.add(host)
         elif result in FAILURES:
