@@ -34,7 +34,7 @@ DRIVER = "580.95.05"
 # gpu-count and not as the NVLink or fabric errors that follow from it (docs/roles.md)
 CHECK_ORDER = [
     "driver-version", "gpu-count", "fm-version", "fabricmanager", "fabric", "persistence", "ecc", "nvlink",
-    "temperature", "throttle", "xid", "ib", "mounts", "services", "clock", "dcgm-diag",
+    "temperature", "throttle", "xid", "ib", "gpudirect", "mounts", "services", "clock", "dcgm-diag",
 ]  # fmt: skip
 
 FAKE_SYSTEMCTL = """#!/bin/sh
@@ -95,6 +95,8 @@ class SimNode:
             GPU_SIM_RUN=str(root / "run"),
             GPU_SIM_SYSFS=str(root / "sysfs"),
             GPU_SIM_DEV=str(root / "dev"),
+            GPU_SIM_MODULES=str(root / "modules"),
+            GPU_SIM_MODULES_LOAD_D=str(root / "modules-load.d"),
             HEALTH_UNITS=str(self.units),
             HEALTH_CHRONY=str(self.chrony),
             HEALTH_HOSTENGINE_PORT="1",
@@ -111,6 +113,7 @@ class SimNode:
         self.sim("init", "--hostname", "dgx01")
         self.sim("set", "fm_running", "true")
         self.smi("-pm", "1")
+        self.sim("modprobe", "nvidia-peermem")  # GPUDirect RDMA
         state = json.loads(Path(self.env["GPU_SIM_STATE"]).read_text())
         for gpu in state["gpus"]:  # what a running Fabric Manager leaves behind
             gpu["fabric"] = {"state": "Completed", "status": "Success"}
@@ -133,6 +136,8 @@ class SimNode:
             "ib_sysfs_root": str(root / "sysfs" / "class" / "infiniband"),
             "ib_rate_gbps": 400,
             "ib_ports": 8,
+            "gpudirect_module": "nvidia_peermem",
+            "modules_file": self.env["GPU_SIM_MODULES"],
             "mounts": [mount] if mount else [],
             "services": ["munge", "slurmd"],
             "clock": True,
@@ -243,6 +248,7 @@ def test_healthy_node_passes_every_check(node: SimNode):
     assert message(report, "gpu-count") == "8 x NVIDIA H100 80GB HBM3"
     assert message(report, "driver-version") == f"driver {DRIVER}"
     assert message(report, "ib") == "8 IB ports active at >= 400 Gb/s"
+    assert message(report, "gpudirect") == "nvidia_peermem loaded"
     assert message(report, "nvlink") == "8 GPUs x 18 links active"
     assert message(report, "clock").startswith("synchronised to ntp.example.org")
     # Slurm's view of a healthy node: no output, exit 0
@@ -268,6 +274,7 @@ FAULTS = [
     ("wrong-driver", None, "driver-version", "driver 580.95.05 loaded, expected 580.105.08"),
     ("hot", ["fault", "hot", "--gpu", "6"], "temperature", "GPU 6 at 95 C (max 85 C)"),
     ("ib-down", ["fault", "ib-down", "--device", "mlx5_3"], "ib", "7 of 8 IB ports active at 400 Gb/s: mlx5_3/1 DOWN"),
+    ("gpudirect-unloaded", ["rmmod", "nvidia_peermem"], "gpudirect", "nvidia_peermem not loaded (GPUDirect RDMA)"),
     ("missing-mount", None, "mounts", "not mounted"),
     ("throttle", ["fault", "throttle", "--gpu", "1"], "throttle", "GPU 1 HwSlowdown"),
     ("persistence-off", None, "persistence", "persistence mode off on GPU 4"),
@@ -392,8 +399,43 @@ def test_dcgm_diag(node: SimNode):
     assert message(report, "dcgm-diag").startswith("dcgmi diag -r 2 failed: GPU 4: XID 79 at ")
 
 
+def test_gpudirect_needs_its_module_loaded(node: SimNode, tmp_path: Path):
+    def gpudirect() -> tuple[str, str]:
+        rc, report = node.report("--only", "gpudirect")
+        (check,) = report["checks"]
+        assert rc == (1 if check["status"] == "fail" else 0)
+        return check["status"], check["message"]
+
+    assert gpudirect() == ("pass", "nvidia_peermem loaded")
+    node.config["gpudirect_module"] = "nvidia-peermem"  # the modprobe name: the kernel lists it with '_'
+    assert gpudirect() == ("pass", "nvidia_peermem loaded")
+    node.sim("rmmod", "nvidia-peermem")
+    assert gpudirect() == ("fail", "nvidia_peermem not loaded (GPUDirect RDMA)")
+    node.sim("modprobe", "nvidia_peermem")
+    assert gpudirect() == ("pass", "nvidia_peermem loaded")
+    node.sim("boot")  # not in modules-load.d: a reboot forgets it
+    assert gpudirect() == ("fail", "nvidia_peermem not loaded (GPUDirect RDMA)")
+    # a module list spelling the name with '-' still counts (the names are the same to the kernel)
+    listing = tmp_path / "proc-modules"
+    listing.write_text("nvidia_uvm 2068480 0 - Live 0x0000000000000000\nnvidia-peermem 16384 0 - Live 0x0\n")
+    node.config["modules_file"] = str(listing)
+    node.config["gpudirect_module"] = "nvidia_peermem"
+    assert gpudirect() == ("pass", "nvidia-peermem loaded")
+    listing.write_text("nvidia_peermem_x 16384 0 - Live 0x0\n")
+    assert gpudirect() == ("fail", "nvidia_peermem not loaded (GPUDirect RDMA)")
+    node.config["modules_file"] = str(tmp_path / "missing")
+    status, text = gpudirect()
+    assert status == "fail"
+    assert text.startswith(f"cannot read {tmp_path / 'missing'}: No such file or directory")
+    node.config["gpudirect_module"] = ""
+    assert gpudirect() == ("skip", "GPUDirect RDMA not asked for")
+    # settings files written before the check existed: no keys, no check
+    del node.config["gpudirect_module"], node.config["modules_file"]
+    assert gpudirect() == ("skip", "GPUDirect RDMA not asked for")
+
+
 def test_no_gpus_skips_the_gpu_checks(node: SimNode):
-    node.config.update(gpu_count=0, ib_ports=0, ib_rate_gbps=0)
+    node.config.update(gpu_count=0, ib_ports=0, ib_rate_gbps=0, gpudirect_module="")
     (node.lib / "driver-version").unlink()  # not even a driver
     rc, report = node.report()
     assert rc == 0, report

@@ -710,6 +710,57 @@ def test_the_accounting_database_converges_to_cluster_yml(lab: Path):
     assert set(last_run_changes(lab).values()) == {0}
 
 
+NCCL = ["NCCL_IB_GID_INDEX=3", f"NCCL_IB_HCA={','.join(f'mlx5_{i}' for i in range(8))}", "NCCL_SOCKET_IFNAME=eth0"]
+
+
+def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path):
+    packages = ["rdma-core", "ibverbs-utils", "infiniband-diags"]
+    states = "dpkg-query -W -f='${db:Status-Status}\\n' " + " ".join(packages) + " 2>/dev/null; true"
+    for container in (DGX1, DGX2):
+        assert docker_exec(container, "sh", "-c", states).split() == ["installed"] * 3
+        assert docker_exec(container, "cat", "/etc/modules-load.d/corectl-gpudirect.conf").splitlines()[-1] == (
+            "nvidia_peermem"
+        )
+    # the head node hangs off no leaf switch: none of it
+    assert docker_exec(HEAD, "sh", "-c", states).split() == []
+    module_file = subprocess.run(
+        ["docker", "exec", HEAD, "test", "-e", "/etc/modules-load.d/corectl-gpudirect.conf"], check=False
+    )
+    assert module_file.returncode == 1
+    # the health check finds nvidia-peermem loaded (gpu-sim's module list stands in for /proc/modules) ...
+    passed = json.loads(docker_exec(DGX1, "corectl-health-check", "--json", "--only", "gpudirect"))
+    assert [(c["name"], c["status"], c["message"]) for c in passed["checks"]] == [
+        ("gpudirect", "pass", "nvidia_peermem loaded")
+    ]
+    # ... and fails against a module list without it (its own copy of the settings: Slurm's
+    # periodic health program keeps reading the real list and leaves the node in service)
+    without = (
+        "set -e; grep -v '^nvidia_peermem ' /var/lib/gpu-sim/modules > /run/e2e-modules;"
+        " python3 -c \"import json; c = json.load(open('/etc/corectl/health.json'));"
+        " c['modules_file'] = '/run/e2e-modules'; json.dump(c, open('/run/e2e-health.json', 'w'))\";"
+        " corectl-health-check --config /run/e2e-health.json --json --only gpudirect || true"
+    )
+    failed = json.loads(docker_exec(DGX1, "sh", "-c", without))
+    assert [(c["name"], c["status"]) for c in failed["checks"]] == [("gpudirect", "fail")], failed
+    assert "nvidia_peermem not loaded" in failed["checks"][0]["message"], failed
+    # the site's NCCL settings reach a bare task (TaskProlog) and a task in a pyxis container
+    printenv = ["sh", "-c", "env | grep ^NCCL_ | sort"]
+    bare = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", *printenv)
+    assert bare.split() == NCCL, bare
+    # a job that sets one of them itself keeps its own value
+    own = docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--export=ALL,NCCL_SOCKET_IFNAME=lo",
+        *printenv,
+    )  # fmt: skip
+    assert own.split() == [*NCCL[:2], "NCCL_SOCKET_IFNAME=lo"], own
+    inside = docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx02", f"--container-image={CONTAINER_IMAGE}",
+        *printenv,
+    )  # fmt: skip
+    assert inside.split() == NCCL, inside
+    assert docker_exec(DGX2, "cat", "/etc/enroot/environ.d/50-corectl-nccl.env").split() == NCCL
+
+
 def test_drain_and_resume(lab: Path):
     head, args = "corectl-labtest-e2e-head01", ["--inventory", str(lab)]
 

@@ -68,6 +68,8 @@ def test_groups_and_host_vars(root: Path):
     assert site_vars(load_cluster(root / "inventories" / "prod"))["corectl_fabric"] == {
         "kind": "infiniband",
         "rate_gbps": 400,
+        "rdma": True,
+        "nccl": {"NCCL_IB_HCA": ",".join(f"mlx5_{i}" for i in range(8))},
     }
     switches = {s["name"]: s for s in render_switches(load_cluster(root / "inventories" / "prod"))}
     assert switches["leaf1"]["nodes"] == "dgx[01-06]"

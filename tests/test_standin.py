@@ -79,6 +79,8 @@ class Node:
             GPU_SIM_SYSFS=str(root / "sysfs"),
             GPU_SIM_DEV=str(root / "dev"),
             GPU_SIM_POWER_ON=str(root / "power-on"),
+            GPU_SIM_MODULES=str(root / "modules"),
+            GPU_SIM_MODULES_LOAD_D=str(root / "modules-load.d"),
             PYTHONDONTWRITEBYTECODE="1",
         )
         self.procs: list[subprocess.Popen] = []
@@ -584,6 +586,39 @@ def test_a_lost_gpu_comes_back_after_a_power_cycle_not_a_reboot_and_a_dead_one_n
     assert not mark.exists()
     node.run("gpu-sim", "clear", "dead-gpu")
     assert len(node.query("index")) == 8
+
+
+def test_modprobe_rmmod_and_a_boot_keep_only_the_configured_modules(node: Node):
+    modules = node.root / "modules"
+    load_d = node.root / "modules-load.d"
+
+    def loaded() -> list[str]:
+        return [line.split()[0] for line in modules.read_text().splitlines()]
+
+    node.run("gpu-sim", "modprobe", "nvidia-peermem")  # the kernel's name has '_'
+    node.run("gpu-sim", "modprobe", "nvidia_peermem")  # loaded already: nothing changes
+    node.run("gpu-sim", "modprobe", "ib_umad")
+    assert modules.read_text() == (
+        "nvidia_peermem 16384 0 - Live 0x0000000000000000\nib_umad 16384 0 - Live 0x0000000000000000\n"
+    )
+    node.run("gpu-sim", "rmmod", "ib_umad")
+    node.run("gpu-sim", "rmmod", "ib_umad")  # not loaded: still exit 0
+    assert loaded() == ["nvidia_peermem"]
+    node.run("gpu-sim", "modprobe", "bad name", check=2)
+    # a boot forgets what was only modprobed and loads what modules-load.d names, in file-name order
+    assert "(reboot)" in node.run("gpu-sim", "boot").stdout
+    assert modules.read_text() == ""
+    load_d.mkdir()
+    (load_d / "nvidia-peermem.conf").write_text("# GPUDirect RDMA (corectl)\nnvidia-peermem\n\n")
+    (load_d / "10-rdma.conf").write_text("; rdma\n  ib_umad  \nnvidia_peermem\n")
+    (load_d / "ignored.txt").write_text("nope\n")
+    node.run("gpu-sim", "modprobe", "dummy")
+    node.run("gpu-sim", "boot")
+    assert loaded() == ["ib_umad", "nvidia_peermem"]
+    node.run("gpu-sim", "rmmod", "nvidia-peermem")
+    assert loaded() == ["ib_umad"]
+    node.run("gpu-sim", "boot")
+    assert loaded() == ["ib_umad", "nvidia_peermem"]
 
 
 CONTAINER_CLI = STANDIN / "container-cli" / "nvidia_container_cli.py"

@@ -119,7 +119,7 @@ VARIANTS = [
         "socket 2 does not exist (the profile has 2, from 0)",
     ),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
-    ("    uid: 21003\n", "    uid: 999\n", "users[2].uid", "greater than or equal to 1000"),
+    ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]
 
 
@@ -144,6 +144,8 @@ def test_shipped_core_site_is_valid(root: Path):
 def test_broken_variant_fails_with_file_line(prod_copy: Path, variant):
     old, new, path, words = variant[:4]
     line = _variant(prod_copy, old, new)
+    if path == "users[1].uid":  # the variant that keeps line 100 honest
+        assert line == 100, f"the uid variant is on line {line}: move it to line 100"
     if len(variant) > 4:
         text = (prod_copy / "cluster.yml").read_text()
         line = text[: text.index(variant[4])].count("\n") + 1

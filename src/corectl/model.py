@@ -101,6 +101,9 @@ class Profile(Strict):
     memory_mb: Annotated[int, Field(ge=256, le=2**40, description="Slurm RealMemory in MiB")]
     gpus: GpuSpec | None = None
     scratch: AbsPath | None = Field(None, description="local scratch directory, e.g. /raid")
+    gpudirect_rdma: bool = Field(
+        False, description="load nvidia-peermem at boot (GPUDirect RDMA) on this profile's nodes of an RDMA fabric"
+    )
 
 
 BmcProtocol = Literal["redfish", "ipmi"]
@@ -150,10 +153,24 @@ class Switch(Strict):
     )
 
 
+NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:=/+@^-]*$", max_length=1024)]
+
+
 class Fabric(Strict):
-    kind: Literal["infiniband", "ethernet"] = "infiniband"
+    kind: Literal["infiniband", "roce", "ethernet"] = Field(
+        "infiniband", description="infiniband and roce are RDMA fabrics: their nodes get RDMA user space"
+    )
     rate_gbps: Annotated[int, Field(ge=1, le=100_000)] = 400
     switches: list[Switch] = Field(min_length=1)
+    hcas: list[Identifier] = Field(
+        default_factory=list, description="RDMA devices NCCL uses (NCCL_IB_HCA), e.g. mlx5_0 ... mlx5_7"
+    )
+    socket_interface: Label | None = Field(
+        None, description="network interface for NCCL's bootstrap and socket traffic (NCCL_SOCKET_IFNAME)"
+    )
+    nccl: dict[EnvName, NcclValue] = Field(
+        default_factory=dict, description="more NCCL settings for every job, bare and in containers"
+    )
 
 
 class Partition(Strict):

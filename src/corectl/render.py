@@ -12,7 +12,7 @@ from typing import Any
 
 from corectl import hostlist
 from corectl.files import write_if_changed
-from corectl.model import ROLES, Account, Cluster, ClusterConfig, Node, Profile, User
+from corectl.model import ROLES, Account, Cluster, ClusterConfig, Fabric, Node, Profile, User
 
 
 def _key_path(key: str | None) -> str | None:
@@ -215,6 +215,23 @@ def billing_weights(declared: dict[str, float] | None, members: list[Profile]) -
     return ",".join(parts)
 
 
+def fabric_vars(fabric: Fabric) -> dict[str, Any]:
+    """The fabric as roles see it: its kind and rate, whether it carries RDMA, and the NCCL
+    settings every job on it gets (role rdma)."""
+    nccl: dict[str, str] = {}
+    if fabric.hcas:
+        nccl["NCCL_IB_HCA"] = ",".join(fabric.hcas)
+    if fabric.socket_interface:
+        nccl["NCCL_SOCKET_IFNAME"] = fabric.socket_interface
+    nccl.update(fabric.nccl)
+    return {
+        "kind": fabric.kind,
+        "rate_gbps": fabric.rate_gbps,
+        "rdma": fabric.kind in ("infiniband", "roce"),
+        "nccl": nccl,
+    }
+
+
 def site_vars(cluster: Cluster) -> dict[str, Any]:
     """site.json: cluster.yml's site-wide settings that roles read, passed to every run as extra
     vars (corectl.runner). In hosts.yml's all.vars, `ansible-inventory --list` would repeat them
@@ -228,7 +245,7 @@ def site_vars(cluster: Cluster) -> dict[str, Any]:
         "corectl_monitoring": config.monitoring.model_dump(),
     }
     if config.fabric is not None:
-        data["corectl_fabric"] = {"kind": config.fabric.kind, "rate_gbps": config.fabric.rate_gbps}
+        data["corectl_fabric"] = fabric_vars(config.fabric)
     if config.cephfs is not None:
         data["corectl_cephfs"] = config.cephfs.model_dump()
     return data

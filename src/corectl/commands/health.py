@@ -40,6 +40,7 @@ CHECK_ORDER = (
     "throttle",
     "xid",
     "ib",
+    "gpudirect",
     "mounts",
     "services",
     "clock",

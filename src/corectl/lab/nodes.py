@@ -139,6 +139,7 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
                 "threads_per_core": 1,
                 "memory_mb": 1024,
                 "scratch": "/raid",
+                "gpudirect_rdma": True,
                 "gpus": {"count": 8, "model": "h100", "nvswitch": True, "autodetect": "off"},
             },
             "head-standin": {
@@ -165,6 +166,10 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             "kind": "infiniband",
             "rate_gbps": 400,
             "switches": [{"name": "leaf1"}, {"name": "spine1", "switches": ["leaf1"]}],
+            # the simulated HCAs (gpu-sim's sysfs) and the stand-ins' network interface
+            "hcas": [f"mlx5_{i}" for i in range(8)],
+            "socket_interface": "eth0",
+            "nccl": {"NCCL_IB_GID_INDEX": "3"},
         },
         "slurm": {
             "accounting": True,
@@ -244,6 +249,11 @@ LAB_GROUP_VARS = {
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh
     # hook, which mounts over that directory, would fail every container start
     "enroot_mellanox": False,
+    # nor modules to load: `gpu-sim modprobe` plays modprobe for GPUDirect RDMA (nvidia-peermem),
+    # and gpu-sim's list of loaded modules stands in for /proc/modules
+    "rdma_modprobe_command": ["gpu-sim", "modprobe"],
+    "rdma_modules_file": "/var/lib/gpu-sim/modules",
+    "node_health_modules_file": "/var/lib/gpu-sim/modules",
     # a container shares the host's kernel, so its boot_id never changes: heal's reboot step
     # compares when systemd (PID 1) started instead
     "corectl_heal_boot_time_command": "systemctl show --property=UserspaceTimestampMonotonic --value",

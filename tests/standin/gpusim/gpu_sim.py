@@ -8,9 +8,12 @@ gpu-sim fault <name> [--gpu N] [--xid N] [--link N] [--device mlx5_N]
 gpu-sim clear [<name>|all] [--gpu N] [--device mlx5_N]
 gpu-sim reload          simulate unloading and loading the nvidia kernel module
 gpu-sim boot            what a boot does (run by gpu-sim-boot.service); after a power-on
-                        (the BMC stand-in's mark) GPUs that fell off the bus come back
+                        (the BMC stand-in's mark) GPUs that fell off the bus come back; the loaded
+                        kernel modules become those of /etc/modules-load.d/*.conf
 gpu-sim driver-installed  driver package postinst: load the driver if none is loaded yet
 gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat)
+gpu-sim modprobe NAME   load a kernel module: add it to the stand-in's /proc/modules (GPU_SIM_MODULES)
+gpu-sim rmmod NAME      unload it; a boot loads only what /etc/modules-load.d/*.conf names
 """
 
 from __future__ import annotations
@@ -199,7 +202,49 @@ def cmd_reload(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _valid_module(name: str) -> str | None:
+    module = gpusim.module_name(name)
+    if not module or any(c.isspace() or c == "/" for c in module):
+        return None
+    return module
+
+
+def cmd_modprobe(args: argparse.Namespace) -> int:
+    module = _valid_module(args.name)
+    if module is None:
+        return _die(f"modprobe: invalid module name {args.name!r}", 2)
+    with gpusim.locked():
+        modules = gpusim.loaded_modules()
+        if module not in modules:
+            gpusim.write_modules([*modules, module])
+    print(f"gpu-sim: module {module} loaded")
+    return 0
+
+
+def cmd_rmmod(args: argparse.Namespace) -> int:
+    module = _valid_module(args.name)
+    if module is None:
+        return _die(f"rmmod: invalid module name {args.name!r}", 2)
+    with gpusim.locked():
+        modules = gpusim.loaded_modules()
+        if module in modules:
+            gpusim.write_modules([m for m in modules if m != module])
+            print(f"gpu-sim: module {module} unloaded")
+        else:
+            print(f"gpu-sim: module {module} is not loaded")
+    return 0
+
+
+def load_boot_modules() -> list[str]:
+    """A boot starts with no module loaded but those modules-load.d names (what was only modprobed is gone)."""
+    with gpusim.locked():
+        names = gpusim.modules_to_load()
+        gpusim.write_modules(names)
+    return names
+
+
 def cmd_boot(_args: argparse.Namespace) -> int:
+    load_boot_modules()
     if not gpusim.exists():
         print(f"gpu-sim: no description at {gpusim.state_path()}; nothing to boot")
         return 0
@@ -306,6 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     klog = sub.add_parser("kernel-log", help="XID events in the kernel's format (like journalctl -k -o cat)")
     klog.add_argument("--since", type=float, help="only events of the last SECONDS")
     klog.set_defaults(func=cmd_kernel_log)
+    for name, func, helptext in (
+        ("modprobe", cmd_modprobe, "load a kernel module (the stand-in's module list)"),
+        ("rmmod", cmd_rmmod, "unload a kernel module (the stand-in's module list)"),
+    ):
+        mod = sub.add_parser(name, help=helptext)
+        mod.add_argument("name", metavar="NAME")
+        mod.set_defaults(func=func)
     return parser
 
 

@@ -10,6 +10,8 @@ Paths (each overridable by an environment variable, which the host-side tests us
   GPU_SIM_SYSFS  fake sysfs root             default /var/lib/gpu-sim/sysfs
   GPU_SIM_DEV    where device nodes go       default /dev
   GPU_SIM_POWER_ON  the mark a BMC stand-in leaves before a power-on  default /var/lib/gpu-sim/power-on
+  GPU_SIM_MODULES   loaded kernel modules (/proc/modules format)        default /var/lib/gpu-sim/modules
+  GPU_SIM_MODULES_LOAD_D  modules a boot loads (*.conf, one a line)  default /etc/modules-load.d
 """
 
 from __future__ import annotations
@@ -110,6 +112,68 @@ def power_on_mark() -> Path:
     """Left by the stand-in BMC (tests/standin/bmc.py) before it powers the node on: the next boot is
     a cold start."""
     return Path(os.environ.get("GPU_SIM_POWER_ON") or "/var/lib/gpu-sim/power-on")
+
+
+def modules_path() -> Path:
+    """The stand-in's loaded kernel modules, in /proc/modules format (gpu-sim modprobe/rmmod/boot)."""
+    return Path(os.environ.get("GPU_SIM_MODULES") or "/var/lib/gpu-sim/modules")
+
+
+def modules_load_dir() -> Path:
+    """Where a boot finds the modules to load (systemd-modules-load's *.conf files)."""
+    return Path(os.environ.get("GPU_SIM_MODULES_LOAD_D") or "/etc/modules-load.d")
+
+
+# --------------------------------------------------------------------------- kernel modules
+
+
+def module_name(name: str) -> str:
+    """The kernel's spelling of a module name: '-' and '_' are the same, /proc/modules lists '_'."""
+    return name.strip().replace("-", "_")
+
+
+def loaded_modules() -> list[str]:
+    """Names in the stand-in's module list (empty when there is none yet)."""
+    try:
+        text = modules_path().read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [line.split()[0] for line in text.splitlines() if line.split()]
+
+
+def write_modules(names: list[str]) -> None:
+    """Write the module list atomically, one /proc/modules line per module."""
+    path = modules_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{name} 16384 0 - Live 0x0000000000000000\n" for name in names)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def modules_to_load() -> list[str]:
+    """What systemd-modules-load loads at boot: the names in modules-load.d/*.conf in file-name order, one a line;
+    empty lines and lines starting with '#' or ';' are comments. An unreadable file is skipped."""
+    names: list[str] = []
+    for conf in sorted(modules_load_dir().glob("*.conf"), key=lambda p: p.name):
+        try:
+            text = conf.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line and not line.startswith(("#", ";")):
+                name = module_name(line)
+                if name not in names:
+                    names.append(name)
+    return names
 
 
 # --------------------------------------------------------------------------- versions
