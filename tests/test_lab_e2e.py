@@ -571,6 +571,73 @@ def test_gpus_come_with_the_cores_of_their_socket(lab: Path):
                 filler.kill()
 
 
+def stray_process(container: str) -> int:
+    """A process started on the node outside any job (as a daemonised helper would be): its pid."""
+    return int(docker_exec(container, "sh", "-c", "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!").strip())
+
+
+def process_running(container: str, pid: int) -> bool:
+    state = docker_exec(container, "sh", "-c", f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null; true").strip()
+    return state not in ("", "Z")
+
+
+def test_the_epilog_kills_what_a_job_left_on_its_gpus_and_drains_when_a_gpu_stays_held(lab: Path):
+    """Two 4-GPU jobs on one node; stray processes outside any job's cgroup listed (by the stand-in
+    nvidia-smi) on each job's GPUs. Job B's end kills the one on B's GPU and leaves the one on A's;
+    a GPU of A that stays held after its process is killed drains the node, naming the process."""
+    hold = (
+        'echo "$SLURM_JOB_GPUS" > "$HOME/e2e-handover-$1";'
+        ' until [ -e "$HOME/e2e-handover-$1-done" ]; do sleep 0.5; done'
+    )
+    docker_exec(DGX1, "sh", "-c", "rm -f /home/alice/e2e-handover-*")
+    jobs = [
+        sbatch("--nodelist=e2e-dgx01", "--ntasks=1", "--cpus-per-task=1", "--gres=gpu:4", f"--job-name=handover-{n}",
+               "--wrap", f"sh -c '{hold}' - {n}")
+        for n in ("a", "b")
+    ]  # fmt: skip
+    strays: list[int] = []
+    try:
+        gpus = {}
+        for n in ("a", "b"):
+            mark = f"/home/alice/e2e-handover-{n}"
+            listed = wait_for(lambda mark=mark: docker_exec(DGX1, "cat", mark, check=False).strip(),
+                              lambda found: found != "", 120)  # fmt: skip
+            assert listed, [job_state(job) for job in jobs]
+            gpus[n] = [int(g) for g in listed.split(",")]
+        assert len(gpus["a"]) == len(gpus["b"]) == 4 and not set(gpus["a"]) & set(gpus["b"]), gpus
+        on_b, on_a, stuck_on_a = stray_process(DGX1), stray_process(DGX1), stray_process(DGX1)
+        strays = [on_b, on_a, stuck_on_a]
+        docker_exec(DGX1, "gpu-sim", "attach", "--gpu", str(gpus["b"][1]), "--pid", str(on_b))
+        docker_exec(DGX1, "gpu-sim", "attach", "--gpu", str(gpus["a"][0]), "--pid", str(on_a))
+        listed = docker_exec(DGX1, "nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader").split()
+        assert sorted(listed) == sorted([str(on_b), str(on_a)])
+
+        docker_exec(DGX1, "touch", "/home/alice/e2e-handover-b-done")
+        wait_for(lambda: job_state(jobs[1]), lambda state: state == "", 60)
+        wait_for(lambda: process_running(DGX1, on_b), lambda running: not running, 60)
+        assert not process_running(DGX1, on_b)
+        assert process_running(DGX1, on_a)  # on job A's GPU: not B's to kill
+        assert not slurm_reason("e2e-dgx01").startswith("drain"), slurm_reason("e2e-dgx01")
+
+        # a GPU whose context is never released (the stand-in's --stuck) after its process dies
+        docker_exec(DGX1, "gpu-sim", "attach", "--gpu", str(gpus["a"][2]), "--pid", str(stuck_on_a), "--stuck")
+        docker_exec(DGX1, "touch", "/home/alice/e2e-handover-a-done")
+        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda found: "corectl-epilog" in found, 90)
+        assert state.split("|")[0] in ("drain", "drng"), state
+        assert f"left pid {stuck_on_a} (sleep) on GPU {gpus['a'][2]}, still there after SIGKILL" in state, state
+        assert not process_running(DGX1, on_a) and not process_running(DGX1, stuck_on_a)
+    finally:
+        for job in jobs:
+            docker_exec(HEAD, "scancel", job, check=False)
+        docker_exec(DGX1, "gpu-sim", "detach", check=False)
+        for pid in strays:
+            docker_exec(DGX1, "kill", "-9", str(pid), check=False)
+        if "corectl-epilog" in slurm_reason("e2e-dgx01"):
+            docker_exec(HEAD, "scontrol", "update", "nodename=e2e-dgx01", "state=resume")
+    back = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda found: found.split("|")[0] == "idle", 60)
+    assert back.startswith("idle"), back
+
+
 def test_nvml_autodetect_without_its_plugin_stops_the_run_before_any_change(lab: Path):
     cluster_yml = lab / "cluster.yml"
     declared = cluster_yml.read_text()

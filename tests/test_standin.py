@@ -197,6 +197,37 @@ def test_nvidia_smi_other_views(node: Node):
     assert {row[0] for row in node.query("persistence_mode")} == {"Enabled"}
 
 
+def test_compute_apps_list_attached_processes_while_they_run(node: Node):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert node.run("nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv").stdout.splitlines() == [
+            "pid, process_name"
+        ]
+        node.run("gpu-sim", "attach", "--gpu", "3", "--pid", str(sleeper.pid), "--memory", "2048")
+        uuid3 = node.state()["gpus"][3]["uuid"]
+        out = node.run("nvidia-smi", "--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv")
+        name = os.readlink(f"/proc/{sleeper.pid}/exe")
+        assert out.stdout.splitlines() == [
+            "pid, process_name, gpu_uuid, used_gpu_memory [MiB]",
+            f"{sleeper.pid}, {name}, {uuid3}, 2048 MiB",
+        ]
+        assert node.run("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", "-i", "2").stdout == ""
+        table = node.run("nvidia-smi").stdout
+        assert f"{sleeper.pid}      C   {name}" in table and "No running processes found" not in table
+        assert all(len(line) == 91 for line in table.splitlines()[1:] if line.startswith(("|", "+")))
+        node.run("gpu-sim", "attach", "--gpu", "9", "--pid", str(sleeper.pid), check=1)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # a process that ended holds nothing, unless its context is stuck
+    assert node.run("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader").stdout == ""
+    node.run("gpu-sim", "attach", "--gpu", "1", "--pid", str(sleeper.pid), check=1)
+    node.run("gpu-sim", "attach", "--gpu", "1", "--pid", str(sleeper.pid), "--stuck")
+    assert node.run("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader").stdout == f"{sleeper.pid}\n"
+    node.run("gpu-sim", "detach")
+    assert node.run("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader").stdout == ""
+
+
 def test_driver_missing_and_mismatch(node: Node):
     (node.lib / "driver-version").write_text("580.105.08\n")  # upgraded package, old module still loaded
     mismatch = node.run("nvidia-smi", check=18)

@@ -2,6 +2,7 @@
 """Stand-in for nvidia-smi over the simulated GPUs (installed as /usr/bin/nvidia-smi).
 
 Supported: plain table, -L, -q [-i ID], --query-gpu=F,... --format=csv[,noheader][,nounits] [-i ID],
+--query-compute-apps=F,... --format=csv[,noheader][,nounits] [-i ID] (processes from `gpu-sim attach`),
 -pm 0|1 [-i ID], -r/--gpu-reset, nvlink -s|--status|-e [-i ID], topo -m.
 """
 
@@ -111,12 +112,8 @@ def _no_such_gpu() -> int:
 
 
 def query_gpu(state: State, driver: str, fields_arg: str, fmt: str | None, ident: str | None) -> int:
-    if fmt is None:
-        print('Missing format argument. Use "--format=csv" along with "--query-gpu".')
-        return 2
-    options = [o.strip() for o in fmt.split(",")]
-    if options[0] != "csv" or any(o not in ("csv", "noheader", "nounits") for o in options):
-        print(f'"{fmt}" is not a valid format. Supported: csv[,noheader][,nounits]')
+    options = _csv_options(fmt, "query-gpu")
+    if options is None:
         return 2
     names = [f.strip() for f in fields_arg.split(",") if f.strip()]
     for name in names:
@@ -142,6 +139,58 @@ def query_gpu(state: State, driver: str, fields_arg: str, fmt: str | None, ident
             if unit and units:
                 value = f"{value} %" if unit == "%" else f"{value} {unit}"
             values.append(value)
+        print(", ".join(values))
+    return 0
+
+
+# --query-compute-apps fields: (header, unit, value of one (GPU, process) pair)
+APP_FIELDS: dict[str, tuple[str, str, Callable[[Gpu, dict[str, Any]], object]]] = {
+    "pid": ("pid", "", lambda g, p: p["pid"]),
+    "process_name": ("process_name", "", lambda g, p: p["name"]),
+    "name": ("process_name", "", lambda g, p: p["name"]),
+    "gpu_uuid": ("gpu_uuid", "", lambda g, p: g["uuid"]),
+    "gpu_bus_id": ("gpu_bus_id", "", lambda g, p: g["pci_bus_id"]),
+    "used_memory": ("used_gpu_memory", "MiB", lambda g, p: p.get("used_memory_mib", 0)),
+    "used_gpu_memory": ("used_gpu_memory", "MiB", lambda g, p: p.get("used_memory_mib", 0)),
+}
+
+
+def _csv_options(fmt: str | None, query: str) -> list[str] | None:
+    """The --format options, or None after printing nvidia-smi's complaint."""
+    if fmt is None:
+        print(f'Missing format argument. Use "--format=csv" along with "--{query}".')
+        return None
+    options = [o.strip() for o in fmt.split(",")]
+    if options[0] != "csv" or any(o not in ("csv", "noheader", "nounits") for o in options):
+        print(f'"{fmt}" is not a valid format. Supported: csv[,noheader][,nounits]')
+        return None
+    return options
+
+
+def query_compute_apps(state: State, fields_arg: str, fmt: str | None, ident: str | None) -> int:
+    options = _csv_options(fmt, "query-compute-apps")
+    if options is None:
+        return 2
+    names = [f.strip().lower() for f in fields_arg.split(",") if f.strip()]
+    for name in names:
+        if name not in APP_FIELDS:
+            print(f'Field "{name}" is not a valid field to query.')
+            print()
+            return 2
+    gpus = _select(state, ident)
+    if gpus is None:
+        return _no_such_gpu()
+    chosen = {g["index"] for g in gpus}
+    if "noheader" not in options:
+        print(", ".join(f"{h} [{u}]" if u else h for h, u, _fn in (APP_FIELDS[n] for n in names)))
+    for gpu, proc in gpusim.compute_apps(state):
+        if gpu["index"] not in chosen:
+            continue
+        values = []
+        for name in names:
+            _header, unit, fn = APP_FIELDS[name]
+            value = str(fn(gpu, proc))
+            values.append(f"{value} {unit}" if unit and "nounits" not in options else value)
         print(", ".join(values))
     return 0
 
@@ -371,7 +420,7 @@ def summary(state: State, driver: str) -> int:
         line1 = f"| {gpu['index']:>3}  {short:<20}{pm:>14} | {gpu['pci_bus_id'] + ' Off':>22} | {ecc:>20} |"
         power = f"{round(float(gpu['power_w']))}W /  700W"
         memory = f"0MiB / {state['memory_total_mib']}MiB"
-        line2 = f"| N/A   {gpu['temperature_c']:>2}C    P0{power:>24} | {memory:>22} |     0%      Default |"
+        line2 = f"| N/A   {gpu['temperature_c']:>2}C    P0{power:>24} | {memory:>22} |      0%      Default |"
         print(line1)
         print(line2)
         print("+-----------------------------------------+------------------------+----------------------+")
@@ -380,7 +429,14 @@ def summary(state: State, driver: str) -> int:
     print("| Processes:".ljust(width - 1) + "|")
     print("|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |")
     print("|=========================================================================================|")
-    print("|  No running processes found".ljust(width - 1) + "|")
+    apps = gpusim.compute_apps(state)
+    for gpu, proc in apps:
+        name = str(proc["name"])
+        name = name if len(name) <= 35 else "..." + name[-32:]
+        memory = f"{proc.get('used_memory_mib', 0)}MiB"
+        print(f"|  {gpu['index']:>3}   N/A  N/A  {proc['pid']:>15}      C   {name:<35}{memory:>10} |")
+    if not apps:
+        print("|  No running processes found".ljust(width - 1) + "|")
     print(rule)
     return 0
 
@@ -443,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["topo"]:
         return topo(state, args[1:])
     ident = _option(args, "-i", "--id")
+    apps = _option(args, "--query-compute-apps", "--query-compute-apps")
+    if apps is not None:
+        return query_compute_apps(state, apps, _option(args, "--format", "--format"), ident)
     query = _option(args, "--query-gpu", "--query-gpu")
     if query is not None:
         return query_gpu(state, driver, query, _option(args, "--format", "--format"), ident)

@@ -14,6 +14,10 @@ gpu-sim driver-installed  driver package postinst: load the driver if none is lo
 gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat)
 gpu-sim modprobe NAME   load a kernel module: add it to the stand-in's /proc/modules (GPU_SIM_MODULES)
 gpu-sim rmmod NAME      unload it; a boot loads only what /etc/modules-load.d/*.conf names
+gpu-sim attach --gpu N --pid PID [--memory MIB] [--stuck]
+                        PID holds GPU N (nvidia-smi --query-compute-apps lists it while it runs;
+                        --stuck: also after it is gone, as a context the driver failed to release)
+gpu-sim detach [--pid PID]  forget PID's GPU contexts (all of them without --pid)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -314,6 +319,42 @@ def cmd_kernel_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def process_name(pid: int) -> str:
+    """The executable as nvidia-smi names a compute process (its full path)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode() or "[unknown]"
+        except OSError:
+            return "[unknown]"
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    if not args.stuck and not gpusim.process_alive(args.pid):
+        return _die(f"no process {args.pid}")
+    entry = {"pid": args.pid, "name": process_name(args.pid), "used_memory_mib": args.memory, "stuck": args.stuck}
+
+    def attach(state: dict[str, Any]) -> None:
+        gpu = _gpu(state, args.gpu)
+        gpu["processes"] = [p for p in gpu.get("processes", []) if p["pid"] != args.pid] + [entry]
+
+    try:
+        gpusim.update(attach)
+    except KeyError as exc:
+        return _die(str(exc.args[0]))
+    return 0
+
+
+def cmd_detach(args: argparse.Namespace) -> int:
+    def detach(state: dict[str, Any]) -> None:
+        for gpu in state["gpus"]:
+            gpu["processes"] = [p for p in gpu.get("processes", []) if args.pid is not None and p["pid"] != args.pid]
+
+    gpusim.update(detach)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-sim", description="Control the simulated NVIDIA GPUs of a test node.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -358,6 +399,15 @@ def build_parser() -> argparse.ArgumentParser:
         mod = sub.add_parser(name, help=helptext)
         mod.add_argument("name", metavar="NAME")
         mod.set_defaults(func=func)
+    attach = sub.add_parser("attach", help="a process holds a GPU (a compute app for nvidia-smi)")
+    attach.add_argument("--gpu", type=int, required=True)
+    attach.add_argument("--pid", type=int, required=True)
+    attach.add_argument("--memory", type=int, default=1024, help="MiB the process holds")
+    attach.add_argument("--stuck", action="store_true", help="listed even after the process is gone")
+    attach.set_defaults(func=cmd_attach)
+    detach = sub.add_parser("detach", help="forget GPU contexts (of --pid, or all)")
+    detach.add_argument("--pid", type=int)
+    detach.set_defaults(func=cmd_detach)
     return parser
 
 

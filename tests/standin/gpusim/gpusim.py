@@ -358,6 +358,27 @@ def present_gpus(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [gpu for gpu in state.get("gpus", []) if gpu.get("present", True)]
 
 
+def process_alive(pid: int) -> bool:
+    """Whether pid is a running process (not a zombie) in this node's process table."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1]
+    except (OSError, IndexError):
+        return False
+    return fields[:1] not in ("Z", "X")
+
+
+def compute_apps(state: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(GPU, process) for each process the driver counts as holding a present GPU: attached with
+    `gpu-sim attach` and still running, or marked stuck (a context the driver keeps after its
+    process is gone or unkillable, which is how a GPU stays held on real nodes)."""
+    apps = []
+    for gpu in present_gpus(state):
+        for proc in gpu.get("processes", []):
+            if proc.get("stuck") or process_alive(int(proc["pid"])):
+                apps.append((gpu, proc))
+    return apps
+
+
 def hostengine_request(host: str, port: int, payload: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
     """One request of nv-hostengine's JSON line protocol (the client side used by dcgmi and dcgm-exporter)."""
     with socket.create_connection((host, port), timeout=timeout) as sock:
