@@ -4,7 +4,7 @@ The no-op provision of a converged site (`make lab` first) is run two ways, alte
 times in this process:
 
   direct   corectl's run_playbook, as every command runs today;
-  stream   the same run packed by corectl.jobpack (project, site files, vaulted secrets, the vault
+  stream   the same run packed by corectl.ansible.remote.jobpack (project, site files, vaulted secrets, the vault
            password in the stream only), `transmit` piped into `ansible-runner worker --delete`
            on this machine as a runner host would run it (the SSH hop to a runner is not in these
            figures), and `process` turning the worker's output back into events here.
@@ -32,8 +32,8 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from corectl.jobpack import RunnerSide, pack, run_streamed
-from corectl.runner import HostStats, RunRequest, run_playbook, stats_from_event
+from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
+from corectl.ansible.runner import HostStats, RunRequest, run_playbook, stats_from_event
 from corectl.secrets import SecretFiles, vault_password
 from corectl.site import Site, resolve_site
 

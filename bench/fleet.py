@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from render_scale import site_with  # noqa: E402
 
-from corectl.commands.history import load_runs  # noqa: E402
+from corectl.ansible.records import load_runs  # noqa: E402
 from corectl.site import Site, resolve_site  # noqa: E402
 
 
@@ -88,8 +88,8 @@ def measure(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
 RENDER_CHILD = """
 import sys, time
 from pathlib import Path
-from corectl.loader import load_cluster
-from corectl.render import write
+from corectl.site.loader import load_cluster
+from corectl.site.render import write
 start = time.perf_counter()
 write(load_cluster(Path(sys.argv[1])), Path(sys.argv[2]))  # hosts.yml, nodes.json, switches.json
 print(f"{time.perf_counter() - start:.4f}")
@@ -180,7 +180,7 @@ retry_files_enabled = False
 
 def stock_noop(tmp: Path) -> Sample:
     """The site playbook through plain ansible-playbook with Ansible's stock settings."""
-    from corectl.runner import shared_inventory, ssh_extra_args
+    from corectl.ansible.runner import shared_inventory, ssh_extra_args
     from corectl.secrets import vault_password_client
 
     site = bench_site()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from corectl.loader import load_cluster
-from corectl.render import render_text
+from corectl.site.loader import load_cluster
+from corectl.site.render import render_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (12, 120, 1200, 4800)

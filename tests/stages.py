@@ -130,10 +130,21 @@ def image_tag(stages: Stages) -> str | None:
 
 
 def lint(stages: Stages, lane: int = 1) -> bool:
-    # Python programs the roles ship without a .py name are named one by one
-    python = "src tests bench roles/slurm/files/corectl-gpu-handover"
+    python = " ".join(python_sources())
     ok = stages.run("ruff", lane, ["sh", "-c", f"ruff check {python} && ruff format --check {python}"])
+    ok = stages.run("lint-imports", lane, [str(BIN / "lint-imports")]) and ok  # pyproject's layer contracts
     return stages.run("ansible-lint", lane, [str(BIN / "ansible-lint")]) and ok
+
+
+def python_sources() -> list[str]:
+    """Every Python file of the project: the packages and the in-repo collection, and the programs
+    roles ship without a .py name (the health checker, the GPU handover, ...), found by shebang."""
+    shipped = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "roles").glob("*/files/*")
+        if path.is_file() and path.read_bytes()[:64].startswith(b"#!") and b"python" in path.read_bytes()[:64]
+    )
+    return ["src", "tests", "bench", "collections", *shipped]
 
 
 def in_parallel(*lanes: object) -> list[bool]:

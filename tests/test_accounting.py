@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from corectl.cli import app
-from corectl.loader import load_cluster
-from corectl.render import slurm_vars
+from corectl.site.loader import load_cluster
+from corectl.site.render import slurm_vars
 
 runner = CliRunner()
 ERROR_LINE = re.compile(r"^(?P<file>\S+cluster\.yml):(?P<line>\d+): (?P<path>\S+): (?P<message>.+)$")

@@ -18,15 +18,16 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from corectl import failures, groupvars
+from corectl.ansible.runner import HostStats, RunRequest, RunResult
 from corectl.cli import app
-from corectl.commands import health as health_mod
-from corectl.commands.failures import history_view, rma_json, rma_view, site_offenders, thresholds
-from corectl.commands.status import SlurmStatus, status_table
+from corectl.commands.failures import history_view, rma_json, rma_view
+from corectl.commands.status import status_table
 from corectl.errors import CorectlError
-from corectl.failures import Action, FailedCheck, Verdict
-from corectl.runner import HostStats, RunRequest, RunResult
-from corectl.site import Site
+from corectl.health import failures
+from corectl.health import report as health_mod
+from corectl.health.failures import Action, FailedCheck, Verdict, site_offenders, thresholds
+from corectl.site import Site, groupvars
+from corectl.slurm import SlurmStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
@@ -366,7 +367,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from datetime import UTC, datetime
     from pathlib import Path
-    from corectl.failures import record_verdicts
+    from corectl.health.failures import record_verdicts
     from corectl.site import Site
 
     root, directory, who, runs = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -415,7 +416,7 @@ def fake_health(monkeypatch: pytest.MonkeyPatch, site: Site) -> str:
         hosts = {"dgx01": HostStats(ok=1), "dgx07": HostStats(ok=1)}
         return RunResult("successful", 0, hosts, site.runs_dir / run_id, 1.0)
 
-    monkeypatch.setattr(health_mod, "run_site", run_site)
+    monkeypatch.setattr(health_mod.ansible, "run", run_site)
     return run_id
 
 

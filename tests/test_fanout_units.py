@@ -11,13 +11,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 from typer.testing import CliRunner
 
-from corectl import fanout, jobpack, runnerhost, shards
+from corectl.ansible.remote import fanout, jobpack, runnerhost, shards
+from corectl.ansible.remote.fanout import targets
 from corectl.cli import app
-from corectl.commands.inventory import render_site
-from corectl.fanout import targets
-from corectl.loader import load_cluster
-from corectl.model import Cluster, Control, Node, RunnerHost
 from corectl.site import Site
+from corectl.site.inventory import render_site
+from corectl.site.loader import load_cluster
+from corectl.site.model import Cluster, Control, Node, RunnerHost
 
 CONTROL = """
 control:

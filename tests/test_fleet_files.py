@@ -148,3 +148,20 @@ def test_check_mode_reports_without_writing(role: Path):
     checked = converge(role, "1", "--check")
     assert checked["changed_paths"] == [f"{out}/etc/inline"]
     assert (out / "etc" / "inline").read_text() == "drifted\n"
+
+
+def test_ansible_cores_private_template_helper_is_where_the_files_action_imports_it(tmp_path: Path):
+    """corectl.fleet.files renders templates with ansible-core's private helper (as the template
+    action does); an ansible-core release that moves it or changes its keywords fails here first."""
+    import inspect
+
+    from ansible._internal._templating import _template_vars
+
+    parameters = inspect.signature(_template_vars.generate_ansible_template_vars).parameters
+    assert {"path", "fullpath", "dest_path", "include_ansible_managed"} <= set(parameters)
+    source = tmp_path / "x.j2"
+    source.write_text("{{ ansible_managed }}\n")
+    made = _template_vars.generate_ansible_template_vars(
+        path="x.j2", fullpath=str(source), dest_path="/etc/x", include_ansible_managed=True
+    )
+    assert "ansible_managed" in made and made["template_path"] == "x.j2"

@@ -48,7 +48,7 @@ def test_host_mirror_reads_deb822_sources(tmp_path: Path):
 
 
 def test_lab_cluster_is_valid_and_addresses_follow_the_subnet(tmp_path: Path, root: Path):
-    from corectl.loader import load_cluster
+    from corectl.site.loader import load_cluster
 
     site = Site(root=root, directory=tmp_path / "lab3")
     site.directory.mkdir()

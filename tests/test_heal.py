@@ -14,17 +14,18 @@ from typing import Any, ClassVar
 import pytest
 from rich.console import Console
 
-from corectl import failures
-from corectl import heal as rules
+from corectl import power as power_cmd
+from corectl.ansible.runner import RunResult
 from corectl.commands import heal as heal_cmd
-from corectl.commands import power as power_cmd
-from corectl.commands.health import HealthResult
-from corectl.commands.status import SlurmStatus
+from corectl.commands import power as power_command
 from corectl.errors import CorectlError, ValidationFailed
-from corectl.loader import load_cluster
-from corectl.runner import RunResult
+from corectl.health import failures
+from corectl.health import heal as rules
+from corectl.health.report import HealthResult
 from corectl.secrets import bmc_credentials, set_bmc_credentials
 from corectl.site import Site
+from corectl.site.loader import load_cluster
+from corectl.slurm import SlurmStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,7 +155,7 @@ def test_power_off_refuses_a_node_with_jobs_or_a_head_node(site: Site, monkeypat
     assert reasons == ["head01 is slurm_controller, slurm_dbd, login, monitoring", "dgx01 runs job 4711"]
     edit_nodes(site, "rack: r01\n  - name: dgx", "rack: r01\n    bmc: {address: 10.10.9.10}\n  - name: dgx")
     with pytest.raises(CorectlError, match=r"power off refused: dgx01 runs job 4711; drain first, or use --force"):
-        power_cmd.power(site, "off", "dgx01", force=False, timeout=5, warn=pytest.fail)
+        power_command.power(site, "off", "dgx01", force=False, timeout=5, warn=pytest.fail)
 
 
 # --------------------------------------------------------------------------- heal's rules
@@ -179,7 +180,7 @@ def test_ladders_from_group_vars_are_checked() -> None:
 def test_the_shipped_ladders_use_known_steps_and_checks() -> None:
     import yaml
 
-    from corectl.commands.health import CHECK_ORDER
+    from corectl.health.report import CHECK_ORDER
 
     values = yaml.safe_load((ROOT / "group_vars" / "all" / "heal.yml").read_text())
     ladders = rules.ladders(values)

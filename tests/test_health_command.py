@@ -11,9 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from corectl.ansible.runner import HostStats, RunRequest, RunResult
 from corectl.cli import app
-from corectl.commands import health as health_mod
-from corectl.commands.health import (
+from corectl.health import report as health_mod
+from corectl.health.report import (
     CHECK_TASK,
     check_columns,
     collect,
@@ -23,7 +24,6 @@ from corectl.commands.health import (
     render_report,
     report_from_result,
 )
-from corectl.runner import HostStats, RunRequest, RunResult
 
 
 def report(node: str, **statuses: str | tuple[str, str]) -> dict[str, Any]:
@@ -226,7 +226,7 @@ def fake_run(monkeypatch: pytest.MonkeyPatch) -> list[RunRequest]:
         hosts = {"dgx01": HostStats(ok=1), "dgx02": HostStats(ok=1), "dgx03": HostStats(unreachable=1)}
         return RunResult("successful", 0, hosts, Path("/nonexistent/run"), 1.0)
 
-    monkeypatch.setattr(health_mod, "run_site", run_site)
+    monkeypatch.setattr(health_mod.ansible, "run", run_site)
     return seen
 
 

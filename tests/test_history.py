@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from corectl.commands.history import expected_from_history, load_runs, resolve_run, runs_table, show_run
+from corectl.ansible.records import expected_from_history, load_runs
+from corectl.ansible.runner import HostStats, RunRequest, RunResult, record
+from corectl.commands.history import resolve_run, runs_table, show_run
 from corectl.errors import CorectlError
-from corectl.runner import HostStats, RunRequest, RunResult, record
 from corectl.site import Site
 
 
@@ -137,7 +138,7 @@ def test_show_run_of_a_run_that_changed_nothing_says_so_in_one_line(tmp_path: Pa
 
 
 def test_a_fanned_out_runs_shards_and_their_hosts_are_shown(tmp_path: Path, root: Path):
-    """corectl.fanout keeps each shard's events under shards/<shard>/ and lists the shards."""
+    """corectl.ansible.remote.fanout keeps each shard's events under shards/<shard>/ and lists the shards."""
     site = Site(root=root, directory=tmp_path / "site")
     shards = [
         {"name": "services", "runner": "r1", "hosts": ["head01"], "status": "successful", "error": ""},

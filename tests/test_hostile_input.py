@@ -22,12 +22,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from corectl import hostlist, yamlsrc
+from corectl import hostlist
 from corectl.cli import app
 from corectl.errors import ValidationFailed
-from corectl.loader import MAX_PROBLEMS, load_cluster
-from corectl.render import render_text
-from corectl.yamlsrc import MAX_BYTES, MAX_WRITTEN
+from corectl.site import yamlsrc
+from corectl.site.loader import MAX_PROBLEMS, load_cluster
+from corectl.site.render import render_text
+from corectl.site.yamlsrc import MAX_BYTES, MAX_WRITTEN
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"

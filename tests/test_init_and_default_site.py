@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from corectl import bootstrap, secrets
 from corectl.cli import app
 from corectl.errors import CorectlError
-from corectl.loader import load_cluster
 from corectl.site import default_site_name, resolve_site
+from corectl.site.loader import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,8 +22,8 @@ from typing import TypeVar
 import pytest
 
 from corectl import secrets
-from corectl.commands.health import last_verdicts
-from corectl.runner import control_path_dir
+from corectl.ansible.runner import control_path_dir
+from corectl.health.report import last_verdicts
 from corectl.site import resolve_site
 
 pytestmark = pytest.mark.lab

@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from corectl import edit
-from corectl.commands.status import parse_status
 from corectl.commands.upgrade import batches, rollout_order
 from corectl.errors import CorectlError, ValidationFailed
-from corectl.loader import load_cluster
-from corectl.site import resolve_site
+from corectl.site import edit, resolve_site
+from corectl.site.loader import load_cluster
+from corectl.slurm import parse_status
 
 
 def test_add_node_declares_it_keeps_comments_and_joins_the_partition(prod_copy: Path):
@@ -111,8 +110,8 @@ def test_plan_names_the_changed_paths_of_a_files_task():
 def test_a_no_log_change_is_still_a_change():
     """Ansible censors a no_log result to a notice without "changed" (as in the munge key's task,
     recorded from a real run); its "changed: [host]" line is what says so."""
+    from corectl.ansible.runner import Tally
     from corectl.commands.provision import changes_from
-    from corectl.runner import Tally
 
     notice = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
     censored = {"censored": notice}
@@ -156,9 +155,9 @@ def test_burn_in_reads_each_nodes_result_from_the_event_stream(prod_copy: Path, 
     """The result travels as the set_fact task's result: from the control host or a runner alike."""
     from typer.testing import CliRunner
 
+    from corectl.ansible.runner import RunRequest, RunResult
     from corectl.cli import app
     from corectl.commands import burnin
-    from corectl.runner import RunRequest, RunResult
 
     base = {"gpus": 8, "expected_gbps": 450, "tool": True, "rc": 0}
     said = {
@@ -175,7 +174,7 @@ def test_burn_in_reads_each_nodes_result_from_the_event_stream(prod_copy: Path, 
         sink({"event": "runner_on_ok", "event_data": {"host": "dgx03", "task": "Look for nccl-tests' all_reduce_perf"}})
         return RunResult("successful", 0, {}, Path("/nonexistent/run"), 1.0)
 
-    monkeypatch.setattr(burnin, "run_site", run_site)
+    monkeypatch.setattr(burnin.ansible, "run", run_site)
     result = CliRunner().invoke(app, ["health", "--burn-in", "--inventory", str(prod_copy)])
     assert result.exit_code == 1, result.output  # dgx02 is slow
     rows = [line.split("│")[1:3] for line in result.stdout.splitlines() if "│ dgx0" in line]

@@ -12,12 +12,12 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
+from corectl.ansible.runner import shared_inventory
 from corectl.cli import app
-from corectl.loader import load_cluster
-from corectl.model import Profile
-from corectl.render import gpu_bindings, render_text, site_vars
-from corectl.render import switches as render_switches
-from corectl.runner import shared_inventory
+from corectl.site.loader import load_cluster
+from corectl.site.model import Profile
+from corectl.site.render import gpu_bindings, render_text, site_vars
+from corectl.site.render import switches as render_switches
 
 runner = CliRunner()
 
@@ -199,7 +199,7 @@ def resolved_on_dgx05(root: Path, site_dir: Path, tmp_path: Path, expressions: l
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "dgx05", "-i", str(shared), "-i", str(site_dir / "hosts.yml"),
-         "-e", f"@{site_dir / 'site.json'}",  # as corectl.runner passes it
+         "-e", f"@{site_dir / 'site.json'}",  # as corectl.ansible.runner passes it
          "-m", "ansible.builtin.debug", "-a", f"msg={{{{ [{', '.join(expressions)}] }}}}"],
         capture_output=True, text=True, check=True, cwd=root, env=env,
     )  # fmt: skip

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import probe_project
-from corectl import runner, secrets
+from corectl import secrets
+from corectl.ansible import runner
 from corectl.site import Site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ PROBE = """\
 CHILD = """\
 import sys
 from pathlib import Path
-from corectl.runner import RunRequest, run_playbook
+from corectl.ansible.runner import RunRequest, run_playbook
 from corectl.site import Site
 site = Site(root=Path(sys.argv[1]), directory=Path(sys.argv[2]))
 extra = {"probe_out": sys.argv[3], "probe_sleep": int(sys.argv[4])}

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from conftest import probe_project
-from corectl.runner import RunRequest, failure_detail, run_playbook, runner_kwargs, stats_from_event
+from corectl.ansible.runner import RunRequest, failure_detail, run_playbook, runner_kwargs, stats_from_event
 from corectl.site import resolve_site
 
 PROBE = """
@@ -94,8 +94,8 @@ def test_the_accelerator_is_stock_unless_asked_for_and_names_what_is_missing(mon
 
     import pytest
 
+    from corectl.ansible.runner import accelerator_env
     from corectl.errors import CorectlError
-    from corectl.runner import accelerator_env
 
     monkeypatch.delenv("CORECTL_ACCELERATOR", raising=False)
     assert accelerator_env() == {}

@@ -6,8 +6,9 @@ import io
 
 from rich.console import Console
 
-from corectl.commands.status import SlurmStatus, is_quiet, parse_status, status_table
+from corectl.commands.status import is_quiet, status_table
 from corectl.hostlist import expand
+from corectl.slurm import SlurmStatus, parse_status
 
 LONG_NAME = "corectl-labtest-e2e-dgx01"
 STAMP = "2025-01-10 09:12:44Z"

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corectl.cli import app
-from corectl.loader import load_cluster
+from corectl.site.loader import load_cluster
 
 runner = CliRunner()
 ERROR_LINE = re.compile(r"^(?P<file>\S+cluster\.yml):(?P<line>\d+): (?P<path>\S+): (?P<message>.+)$")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from corectl.errors import CorectlError
-from corectl.model import NodeBmc
+from corectl.site.model import NodeBmc
 
 PowerState = Literal["on", "off"]
 PowerAction = Literal["on", "off", "soft"]

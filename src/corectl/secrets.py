@@ -134,7 +134,7 @@ CEPH_KEY = re.compile(r"^AQ[A-Za-z0-9+/]{36}==$")
 
 def ceph_clients(site: Site) -> list[str]:
     """cephx client ids the site's CephFS mounts use (their keys come from the Ceph admins)."""
-    from corectl.loader import load_cluster
+    from corectl.site.loader import load_cluster
 
     cephfs = load_cluster(site.directory).config.cephfs
     return sorted({m.client for m in cephfs.mounts}) if cephfs else []

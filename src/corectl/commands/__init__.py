@@ -1,1 +1,2 @@
-"""The operations behind each CLI command (the typer layer in cli.py stays thin)."""
+"""One use case per module, behind the CLI commands: each imports the domain packages and the
+Ansible boundary (corectl.ansible), never another command (pyproject.toml's layer contracts)."""

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from corectl.commands.inventory import render_site
-from corectl.fanout import run_site
-from corectl.progress import LiveProgress, TaskResults
-from corectl.runner import RunRequest
+from corectl import ansible
+from corectl.ansible import RunRequest
+from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.site import Site
+from corectl.site.inventory import render_site
 
 BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
 
@@ -59,7 +59,7 @@ def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[B
     )
     with LiveProgress(console, f"burn-in {site.name}") as progress:
         recorded = TaskResults(RESULT_TASK, progress)
-        run_site(request, recorded, cluster=cluster)
+        ansible.run(request, recorded, cluster=cluster)
     facts = {host: res.get("ansible_facts") or {} for host, res in sorted(recorded.by_host.items())}
     results = [judge(fact["burn_in_result"]) for fact in facts.values() if "burn_in_result" in fact]
     table = Table(title="burn-in: NCCL all_reduce bus bandwidth")

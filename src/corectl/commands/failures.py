@@ -1,4 +1,4 @@
-"""history NODE and rma: a node's verdicts and actions, and the nodes to send back (corectl.failures).
+"""history NODE and rma: a node's verdicts and actions, and the nodes to send back (corectl.health.failures).
 
 The repeat-offender rule comes from group_vars (``corectl_repeat_offender_failures`` failing health
 runs in ``corectl_repeat_offender_days`` days; group_vars/all/health.yml, a site overrides it in
@@ -7,7 +7,6 @@ its own group_vars); ``corectl rma --failures/--days`` override it for one repor
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -15,42 +14,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from corectl import failures, groupvars
-from corectl.commands.health import failed_checks
-from corectl.failures import Action, Entry, Offenders, RmaCase, Verdict
+from corectl.health import failures
+from corectl.health.failures import Action, Entry, Offenders, RmaCase, Verdict, rule, thresholds
+from corectl.health.report import failed_checks
 from corectl.site import Site, require_cluster_file
 from corectl.words import counted
-
-FAILURES_VAR = "corectl_repeat_offender_failures"
-DAYS_VAR = "corectl_repeat_offender_days"
-DEFAULT_FAILURES = 3
-DEFAULT_DAYS = 7
-
-
-def thresholds(site: Site, count: int | None = None, days: int | None = None) -> tuple[int, int]:
-    """(failures, days) of the repeat-offender rule: the given ones, else the site's group_vars."""
-    if count is not None and days is not None:
-        return count, days
-    values = groupvars.all_vars(site)
-    return (
-        count if count is not None else groupvars.whole_number(values, FAILURES_VAR, DEFAULT_FAILURES),
-        days if days is not None else groupvars.whole_number(values, DAYS_VAR, DEFAULT_DAYS),
-    )
-
-
-def site_offenders(site: Site, now: datetime, warn: Callable[[str], None]) -> Offenders | None:
-    """The repeat offenders by the site's rule; a history that cannot be read: ``warn``, and None."""
-    count, days = thresholds(site)
-    try:
-        return failures.repeat_offenders(site, count, days, now)
-    except failures.HistoryUnavailable as exc:
-        warn(f"warning: repeat offenders not shown: {exc}")
-        return None
-
-
-def rule(count: int, days: int) -> str:
-    """``>=3 failing health runs in 7 days``."""
-    return f">={counted(count, 'failing health run')} in {counted(days, 'day')}"
 
 
 def shown_time(at: str) -> str:

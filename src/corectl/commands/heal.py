@@ -1,4 +1,4 @@
-"""heal: walk the nodes the health checks drained up their remediation ladders (corectl.heal)."""
+"""heal: walk the nodes the health checks drained up their remediation ladders (corectl.health.heal)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from corectl import groupvars, hostlist
-from corectl import heal as rules
-from corectl.commands.health import health
-from corectl.commands.inventory import render_site
-from corectl.commands.nodes import compute_names, state_run
-from corectl.commands.power import apply as power_apply
-from corectl.commands.power import credentials, history_recorder
-from corectl.commands.status import read_slurm_status
+from corectl import ansible, hostlist
+from corectl.ansible import RunRequest
+from corectl.ansible.progress import LiveProgress
 from corectl.errors import CorectlError
-from corectl.failures import Action, last_action
-from corectl.model import Cluster
-from corectl.progress import LiveProgress
-from corectl.runner import RunRequest, run_playbook
-from corectl.site import Site
+from corectl.health import heal as rules
+from corectl.health.failures import Action, last_action
+from corectl.health.report import health
+from corectl.power import apply as power_apply
+from corectl.power import credentials, history_recorder
+from corectl.site import Site, groupvars
+from corectl.site.inventory import render_site
+from corectl.site.model import Cluster
+from corectl.slurm import compute_names, read_slurm_status, state_run
 
 POWER_TIMEOUT_S = 120  # for the BMC to report off, then on
 
@@ -91,9 +90,10 @@ class Healer:
             limit=",".join(nodes),
             extravars={"corectl_heal_step": step},
             secrets=False,
+            fan_out=False,  # the steps run from here, node by node
         )
         with LiveProgress(self.console, f"heal {step}") as progress:
-            result = run_playbook(request, sink=progress)
+            result = ansible.run(request, progress)
         failed = {host: result.messages.get(host, "failed") for host in result.failed_hosts}
         if not result.ok and not failed:
             failed = {node: f"heal.yml {result.status}" for node in nodes}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,42 +12,13 @@ from rich.table import Table
 from rich.text import Text
 
 from corectl import hostlist
+from corectl.ansible import changed_paths, failure_detail
+from corectl.ansible.progress import FAILURES, outcome
+from corectl.ansible.records import load_runs, read_json
 from corectl.errors import CorectlError
-from corectl.progress import FAILURES, Expected, outcome
-from corectl.runner import changed_paths, failure_detail
 from corectl.site import Site
 
 UNLISTED = ("ok", "skipped", "ignored")  # what `runs --show` counts for a host instead of listing
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``; None for one that is missing or cut short (a run killed while writing)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def load_runs(site: Site) -> list[dict[str, Any]]:
-    records = []
-    for path in sorted(site.runs_dir.glob("*/corectl.json")):
-        record = _read_json(path)
-        if record is not None:
-            records.append({**record, "id": path.parent.name})
-    return sorted(records, key=lambda r: (r.get("started", ""), r["id"]))
-
-
-def expected_from_history(
-    site: Site, command: str, playbook: str, *, tags: str | None = None, check: bool = False
-) -> Expected | None:
-    """(tasks, seconds) of the newest successful run of the same command and playbook (and the
-    same --tags and --check, which change what runs): LiveProgress's expected total."""
-    for record in reversed(load_runs(site)):
-        same = (record.get("command"), record.get("playbook"), record.get("tags"), bool(record.get("check")))
-        if same == (command, playbook, tags, check) and record.get("status") == "successful" and record.get("tasks"):
-            return int(record["tasks"]), float(record.get("elapsed_s") or 0.0)
-    return None
 
 
 def _hosts(record: dict[str, Any], key: str) -> list[str]:
@@ -127,13 +97,13 @@ def resolve_run(site: Site, run_id: str) -> str:
 def load_events(run_dir: Path) -> list[dict[str, Any]]:
     """A run's Ansible events in order; the *-partial.json files are incomplete copies of others.
 
-    A fanned-out run (corectl.fanout) keeps each shard's events under shards/<shard>/: those
+    A fanned-out run (corectl.ansible.remote.fanout) keeps each shard's events under shards/<shard>/: those
     come shard by shard (a host is in one shard, so its events keep their order)."""
     sources = [run_dir / "job_events", *sorted((run_dir / "shards").glob("*/**/job_events"))]
     events: list[dict[str, Any]] = []
     for source in sources:
         paths = (p for p in source.glob("*.json") if not p.name.endswith("-partial.json"))
-        found = [event for event in map(_read_json, paths) if event is not None]
+        found = [event for event in map(read_json, paths) if event is not None]
         events += sorted(found, key=lambda e: int(e.get("counter") or 0))
     return events
 
@@ -210,7 +180,7 @@ def show_run(site: Site, run_id: str) -> Group:
     ident = resolve_run(site, run_id)
     run_dir = site.runs_dir / ident
     reports = host_reports(load_events(run_dir))
-    record = _read_json(run_dir / "corectl.json")
+    record = read_json(run_dir / "corectl.json")
     lines = [_header(ident, record), *_shard_lines((record or {}).get("shards") or [])]
     if not reports:
         return Group(*lines, Text(f"no task ran on any host (Ansible's output: {run_dir / 'stdout'})"))

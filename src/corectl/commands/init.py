@@ -48,3 +48,16 @@ def init_site(site: Site) -> list[str]:
             shutil.rmtree(site.directory, ignore_errors=True)
         raise
     return [str(site.cluster_file), str(group_vars), *made]
+
+
+def next_steps(site: Site, password_env_set: bool) -> list[str]:
+    """What `corectl init` prints after the files: where the vault password is, and what to do next."""
+    lines = []
+    if not password_env_set:
+        password_file = secrets.SecretFiles(site).default_password_file
+        lines.append(
+            f"vault password: {password_file} (git-ignored, mode 0600); keep a copy in your password manager, "
+            "or move it off this disk and set CORECTL_VAULT_PASSWORD_FILE"
+        )
+    lines.append(f"next: edit {site.cluster_file}, then corectl validate --inventory {site.name}")
+    return lines

@@ -1,34 +1,21 @@
-"""validate, render, schema: everything that reads cluster.yml without touching a node."""
+"""validate, render, schema: what reads cluster.yml without touching a node."""
 
 from __future__ import annotations
 
-import json
+from corectl.site import Site
+from corectl.site.inventory import render_site, schema, validate
 
-from corectl import render
-from corectl.errors import CorectlError
-from corectl.loader import load_cluster
-from corectl.model import Cluster, ClusterConfig
-from corectl.site import Site, require_cluster_file
+__all__ = ["render", "schema", "validate_site"]
 
 
-def validate(site: Site) -> Cluster:
-    require_cluster_file(site)
-    return load_cluster(site.directory, display_root=site.root)
-
-
-def render_site(site: Site, check_only: bool) -> tuple[Cluster, bool]:
-    """Return the cluster and whether hosts.yml changed (or, with check_only, is stale)."""
+def validate_site(site: Site) -> str:
+    """The line `corectl validate` prints for a valid cluster.yml (an invalid one raises)."""
     cluster = validate(site)
-    if check_only:
-        stale = not render.is_current(cluster, site.directory)
-        if stale:
-            raise CorectlError(f"{site.hosts_file}: stale or missing; run corectl render --inventory {site.name}")
-        return cluster, False
-    return cluster, render.write(cluster, site.directory)
+    return f"{cluster.config.cluster.name}: cluster.yml is valid ({len(cluster.nodes)} nodes)"
 
 
-def schema() -> str:
-    document = ClusterConfig.model_json_schema()
-    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    document["title"] = "corectl cluster.yml"
-    return json.dumps(document, indent=2, sort_keys=True)
+def render(site: Site, check: bool) -> str:
+    """Write the rendered files (``check``: only say whether they are current); the line to print."""
+    cluster, changed = render_site(site, check_only=check)
+    state = "up to date" if check or not changed else "written"
+    return f"{site.hosts_file}: {state} ({len(cluster.nodes)} hosts)"

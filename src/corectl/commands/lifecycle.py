@@ -21,19 +21,18 @@ from typing import Any
 
 from rich.console import Console
 
-from corectl import edit, hostlist, secrets
+from corectl import ansible, hostlist, secrets
+from corectl.ansible import RunRequest, RunResult
+from corectl.ansible.progress import LiveProgress, summary_table
+from corectl.ansible.records import expected_from_history
 from corectl.bootstrap import Login
-from corectl.commands.bootstrap import bootstrap
-from corectl.commands.health import health
-from corectl.commands.history import expected_from_history
-from corectl.commands.inventory import render_site, validate
-from corectl.commands.nodes import set_state
+from corectl.bootstrap import bootstrap_nodes as bootstrap
 from corectl.errors import CorectlError
-from corectl.fanout import run_site
-from corectl.model import Cluster
-from corectl.progress import LiveProgress, summary_table
-from corectl.runner import RunRequest, RunResult
-from corectl.site import Site
+from corectl.health.report import health
+from corectl.site import Site, edit
+from corectl.site.inventory import render_site, validate
+from corectl.site.model import Cluster
+from corectl.slurm import set_state
 
 ADD_REASON = "corectl add-node: not yet checked"
 
@@ -44,7 +43,7 @@ def _step(site: Site, console: Console, title: str, **request: Any) -> RunResult
     with LiveProgress(
         console, title, expected_from_history(site, run.command, run.playbook, tags=run.tags)
     ) as progress:
-        result = run_site(run, progress)
+        result = ansible.run(run, progress)
     console.print(summary_table(result))
     if not result.ok:
         failed = ", ".join(result.failed_hosts) or result.status

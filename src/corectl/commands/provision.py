@@ -7,13 +7,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from corectl import secrets
-from corectl.commands.history import expected_from_history
-from corectl.commands.inventory import render_site
-from corectl.fanout import run_site
-from corectl.progress import LiveProgress, summary_table
-from corectl.runner import EventSink, RunRequest, RunResult, changed_paths, reported_change
+from corectl import ansible, secrets
+from corectl.ansible import EventSink, RunRequest, RunResult, changed_paths, reported_change
+from corectl.ansible.progress import LiveProgress, summary_table
+from corectl.ansible.records import expected_from_history
 from corectl.site import Site
+from corectl.site.inventory import render_site
 from corectl.words import counted
 
 
@@ -32,7 +31,16 @@ def provision(
 ) -> RunResult:
     cluster, _ = render_site(site, check_only=False)
     secrets.check(site)  # a missing or placeholder secret stops the run before any node is touched
-    request = RunRequest(site=site, playbook=playbook, command=command, limit=limit, tags=tags, check=check, diff=diff)
+    request = RunRequest(
+        site=site,
+        playbook=playbook,
+        command=command,
+        limit=limit,
+        tags=tags,
+        check=check,
+        diff=diff,
+        fan_out=not local,
+    )
     expected = expected_from_history(site, command, playbook, tags=tags, check=check)
     with LiveProgress(console, f"{command} {site.name}", expected) as progress:
 
@@ -41,7 +49,7 @@ def provision(
             if on_event is not None:
                 on_event(event)
 
-        result = run_site(request, sink, cluster=cluster, local=local)
+        result = ansible.run(request, sink, cluster=cluster)
     console.print(summary_table(result))
     totals = (
         f"changed={result.changed} failed={len(result.failed_hosts)} hosts={len(result.hosts)} "

@@ -8,13 +8,13 @@ from pathlib import PurePosixPath
 import paramiko
 from rich.console import Console
 
-from corectl import runnerhost
+from corectl.ansible.remote import runnerhost
+from corectl.ansible.remote.fanout import node_key
 from corectl.bootstrap import fingerprint, known_key, record_key
-from corectl.commands.inventory import validate
 from corectl.errors import CorectlError
-from corectl.fanout import node_key
-from corectl.model import RunnerHost
 from corectl.site import Site
+from corectl.site.inventory import validate
+from corectl.site.model import RunnerHost
 
 
 def _learn_host_key(site: Site, runner: RunnerHost) -> str | None:

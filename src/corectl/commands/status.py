@@ -1,68 +1,26 @@
-"""status: every compute node's Slurm state, reason and running jobs (read on the controller)."""
+"""status: every compute node's Slurm state, reason, running jobs and last health verdict, as one view."""
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from corectl import hostlist
-from corectl.commands.failures import rule
-from corectl.commands.health import verdict_failed
-from corectl.errors import CorectlError
-from corectl.failures import Offenders
-from corectl.runner import RunRequest, run_playbook
+from corectl.health.failures import Offenders, rule, site_offenders
+from corectl.health.report import last_verdicts, verdict_failed
 from corectl.site import Site
+from corectl.site.inventory import render_site
+from corectl.slurm import SlurmStatus, read_slurm_status
 from corectl.words import counted
 
 QUIET_STATE = "idle"  # sinfo %t: "idle*" (not responding) and "idle~" (powered off) are not quiet
 BAD_STATES = ("drain", "drng", "down", "fail")
-
-
-@dataclass
-class SlurmStatus:
-    states: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
-    jobs: dict[str, list[str]] = field(default_factory=dict)  # job id -> nodes
-
-    def busy_nodes(self) -> set[str]:
-        return {node for nodes in self.jobs.values() for node in nodes}
-
-    def jobs_on(self, node: str) -> list[str]:
-        return sorted(job for job, nodes in self.jobs.items() if node in nodes)
-
-
-def parse_status(data: dict) -> SlurmStatus:
-    states = {row[0]: (row[1], row[2] if len(row) > 2 else "") for row in data.get("nodes", []) if row}
-    # a job's nodes: Slurm's host list ("dgx[01-04]"), or already a list of names
-    jobs: dict[str, list[str]] = {}
-    for job, nodes in data.get("jobs", []):
-        jobs[str(job)] = hostlist.expand(nodes) if isinstance(nodes, str) else list(nodes)
-    return SlurmStatus(states=states, jobs=jobs)
-
-
-def read_slurm_status(site: Site, console: Console | None = None) -> SlurmStatus:
-    with tempfile.TemporaryDirectory(prefix="corectl-status-") as tmp:
-        out = Path(tmp) / "status.json"
-        request = RunRequest(
-            site=site,
-            playbook="slurm-status.yml",
-            command="status",
-            extravars={"corectl_status_out": str(out)},
-            secrets=False,
-        )
-        result = run_playbook(request)
-        if not result.ok or not out.is_file():
-            why = "; ".join(result.failure_lines()) or result.status
-            raise CorectlError(f"could not read the Slurm state from the controller ({why}); see {result.artifact_dir}")
-        return parse_status(json.loads(out.read_text()))
 
 
 def _reason(reason: str) -> str:
@@ -121,7 +79,7 @@ def status_table(
     status: SlurmStatus, health: dict[str, str] | None = None, offenders: Offenders | None = None
 ) -> Group:
     """A summary by state, the quiet nodes as one host list, the other nodes one per row, and the
-    repeat offenders (``offenders``: corectl.failures.repeat_offenders) among them in one line."""
+    repeat offenders (``offenders``: corectl.health.failures.repeat_offenders) among them in one line."""
     health = health or {}
     if not status.states:
         return Group(Text("status: Slurm reported no compute nodes"))
@@ -139,3 +97,11 @@ def status_table(
     if repeat:
         parts.append(repeat)
     return Group(*parts)
+
+
+def status(site: Site, warn: Callable[[str], None]) -> Group:
+    """Everything `corectl status` shows: Slurm's view read on the controller now, each node's last
+    health verdict, and the repeat offenders (a history that cannot be read: ``warn``, and none)."""
+    render_site(site, check_only=False)
+    offenders = site_offenders(site, datetime.now(UTC), warn)
+    return status_table(read_slurm_status(site), last_verdicts(site), offenders)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from corectl import hostlist, secrets
-from corectl.commands.inventory import render_site
-from corectl.commands.status import read_slurm_status
+from corectl import ansible, hostlist, secrets
+from corectl.ansible import RunRequest, RunResult
+from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.errors import CorectlError
-from corectl.fanout import run_site
-from corectl.progress import LiveProgress, summary_table
-from corectl.runner import RunRequest, RunResult
 from corectl.site import Site
+from corectl.site.inventory import render_site
+from corectl.slurm import read_slurm_status
 
 
 def rollout_order(nodes: list[str], busy: set[str]) -> list[str]:
@@ -63,7 +62,7 @@ def upgrade_drivers(
             extravars={"corectl_upgrade_timeout": timeout},
         )
         with LiveProgress(console, f"upgrade drivers {names}") as progress:
-            result = run_site(request, progress, cluster=cluster)  # fanned out when the site has runners
+            result = ansible.run(request, progress, cluster=cluster)  # fanned out when the site has runners
         console.print(summary_table(result))
         results.append(result)
         if not result.ok:

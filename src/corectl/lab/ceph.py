@@ -12,10 +12,10 @@ import struct
 import time
 
 from corectl import secrets
+from corectl.ansible import run_standalone
 from corectl.errors import CorectlError
 from corectl.lab.image import ensure_image
 from corectl.lab.nodes import LabSpec, start_container, wait_booted
-from corectl.runner import run_standalone
 
 CLIENT = "corectl"
 FS_NAME = "cephfs"

@@ -16,9 +16,9 @@ from ruamel.yaml import YAML
 from corectl import hostlist
 from corectl.errors import CorectlError, ValidationFailed
 from corectl.files import write_if_changed
-from corectl.loader import load_cluster
-from corectl.model import Cluster
 from corectl.site import Site
+from corectl.site.loader import load_cluster
+from corectl.site.model import Cluster
 
 
 def _yaml() -> YAML:

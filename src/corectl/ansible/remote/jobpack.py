@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from corectl.runner import RunRequest, default_forks, playbook_options, selection, ssh_extra_args
+from corectl.ansible.runner import RunRequest, default_forks, playbook_options, selection, ssh_extra_args
 from corectl.secrets import SecretFiles
 
 VAULT_PROMPT = r"^Vault password:\s*?$"

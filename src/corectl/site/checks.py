@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corectl import hostlist
-from corectl.model import BMC_DEFAULT_PORTS, Bmc, ClusterConfig, Node, NodeBmc, Switch
-from corectl.yamlsrc import PathKey, dotted
+from corectl.site.model import BMC_DEFAULT_PORTS, Bmc, ClusterConfig, Node, NodeBmc, Switch
+from corectl.site.yamlsrc import PathKey, dotted
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from corectl.runner import SHARD_KEY, RunResult, failure_detail, reported_change
+from corectl.ansible.runner import SHARD_KEY, RunResult, failure_detail, reported_change
 from corectl.words import counted
 
 FAILURES = ("failed", "unreachable")
@@ -107,7 +107,7 @@ class LiveProgress:
 
     A play is reported when it ends, in one line, and only if it ran on a host: Ansible starts
     every play of the playbook, also those whose hosts pattern matches nothing in this run.
-    ``expected`` (history.expected_from_history) adds tasks started against that total and an
+    ``expected`` (corectl.ansible.records.expected_from_history) adds tasks started against that total and an
     estimate of the time left.
     """
 

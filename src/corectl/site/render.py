@@ -12,7 +12,7 @@ from typing import Any
 
 from corectl import hostlist
 from corectl.files import write_if_changed
-from corectl.model import ROLES, Account, Cluster, ClusterConfig, Fabric, Node, Profile, User
+from corectl.site.model import ROLES, Account, Cluster, ClusterConfig, Fabric, Node, Profile, User
 
 
 def _key_path(key: str | None) -> str | None:
@@ -234,7 +234,7 @@ def fabric_vars(fabric: Fabric) -> dict[str, Any]:
 
 def site_vars(cluster: Cluster) -> dict[str, Any]:
     """site.json: cluster.yml's site-wide settings that roles read, passed to every run as extra
-    vars (corectl.runner). In hosts.yml's all.vars, `ansible-inventory --list` would repeat them
+    vars (corectl.ansible.runner). In hosts.yml's all.vars, `ansible-inventory --list` would repeat them
     under every host."""
     config = cluster.config
     data: dict[str, Any] = {

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from corectl.model import Cluster, Control, Node, RunnerHost
+from corectl.site.model import Cluster, Control, Node, RunnerHost
 
 SERVICE_ROLES = frozenset({"slurm_controller", "slurm_dbd", "login", "monitoring"})
 

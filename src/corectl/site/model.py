@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from corectl.fields import (
+from corectl.site.fields import (
     AbsPath,
     EnvName,
     FreeText,

@@ -1,6 +1,6 @@
 """A run fanned out over runner hosts (cluster.yml `control:`): one run, many shards.
 
-Each shard (corectl.shards) is packed (corectl.jobpack), streamed over SSH into
+Each shard (corectl.ansible.remote.shards) is packed (corectl.ansible.remote.jobpack), streamed over SSH into
 `ansible-runner worker` on its runner and its events processed here as they come, tagged with
 the shard's name, into the one live progress and the one run record (.runs/<id>/corectl.json,
 with a "shards" list; each shard's own ansible-runner artifacts under .runs/<id>/shards/).
@@ -23,13 +23,10 @@ from pathlib import Path, PurePosixPath
 from subprocess import DEVNULL, Popen, TimeoutExpired
 from typing import Any
 
-from corectl import lock, runnerhost, shards
-from corectl.bootstrap import endpoint, key_path, public_key
-from corectl.errors import CorectlError
-from corectl.jobpack import RunnerSide, pack, run_streamed
-from corectl.loader import load_cluster
-from corectl.model import Cluster, Control
-from corectl.runner import (
+from corectl import lock
+from corectl.ansible.remote import runnerhost, shards
+from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
+from corectl.ansible.runner import (
     SHARD_KEY,
     Cancel,
     EventSink,
@@ -42,10 +39,12 @@ from corectl.runner import (
     new_ident,
     prune_runs,
     record,
-    run_playbook,
 )
+from corectl.bootstrap import endpoint, key_path, public_key
+from corectl.errors import CorectlError
 from corectl.secrets import SecretFiles, vault_password
 from corectl.site import Site
+from corectl.site.model import Cluster, Control
 
 NODE_KEY_NAME = "corectl-node-key.pub"  # in the job's inventory/site/: the agent holds its private half
 
@@ -279,14 +278,3 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     record(request, run, started_at)
     prune_runs(site.runs_dir)
     return run
-
-
-def run_site(
-    request: RunRequest, sink: EventSink | None = None, *, cluster: Cluster | None = None, local: bool = False
-) -> RunResult:
-    """A run of the site: fanned out when cluster.yml names runners (unless ``local``), else here."""
-    if not local:
-        cluster = cluster or load_cluster(request.site.directory)
-        if cluster.config.control is not None:
-            return run_fanned(request, cluster, sink)
-    return run_playbook(request, sink=sink)

@@ -34,10 +34,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from corectl import checks
 from corectl.errors import ValidationFailed
-from corectl.model import Cluster, ClusterConfig
-from corectl.yamlsrc import MAX_SCALAR, PathKey, Source, load
+from corectl.site import checks
+from corectl.site.model import Cluster, ClusterConfig
+from corectl.site.yamlsrc import MAX_SCALAR, PathKey, Source, load
 
 MAX_STRING = MAX_SCALAR  # characters in any one value or key (free text included); names: 63
 MAX_PROBLEMS = 100  # lines reported; the rest are counted in one more line

@@ -1,4 +1,5 @@
-"""The one boundary to ansible-runner: how a playbook run is set up, watched and recorded."""
+"""One playbook run on this host through ansible-runner: how it is set up, watched and recorded
+(corectl.ansible.run decides between it and a fanned-out run)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ class RunRequest:
     diff: bool = False
     extravars: dict[str, Any] = field(default_factory=dict)
     secrets: bool = True  # hand ansible the site's vault password and secrets.yml
+    # over the site's runner hosts where cluster.yml names them (control.runners), else here;
+    # False: always from this host (one host's work, such as a read on the controller)
+    fan_out: bool = True
 
 
 @dataclass
@@ -63,7 +67,7 @@ class HostStats:
 
 @dataclass
 class ShardOutcome:
-    """One shard of a fanned-out run (corectl.fanout): where it ran and how it ended."""
+    """One shard of a fanned-out run (corectl.ansible.remote.fanout): where it ran and how it ended."""
 
     name: str
     runner: str
@@ -71,7 +75,7 @@ class ShardOutcome:
     status: str
     elapsed: float
     error: str = ""  # why it did not finish: the runner unreachable, stale, gone mid-run, canceled
-    groups: list[str] = field(default_factory=list)  # the leaves or racks it held (corectl.shards)
+    groups: list[str] = field(default_factory=list)  # the leaves or racks it held (corectl.ansible.remote.shards)
 
 
 @dataclass
@@ -192,16 +196,16 @@ def control_path_dir(site: Site) -> Path:
 
 GUARD = """\
 #!{python}
-# corectl: ansible-playbook, guarded so that it never outlives this run's corectl (corectl.playbook_guard)
+# corectl: ansible-playbook, guarded so that it never outlives this run's corectl (corectl.ansible.guard)
 import sys
 sys.path.insert(0, {package_root!r})
-from corectl.playbook_guard import main
+from corectl.ansible.guard import main
 main({parent}, {real!r})
 """
 
 
 def playbook_guard(private_dir: Path) -> Path:
-    """A directory whose `ansible-playbook` is corectl.playbook_guard in front of the real one.
+    """A directory whose `ansible-playbook` is corectl.ansible.guard in front of the real one.
 
     Put first on PATH, it is what ansible-runner runs: Ansible and everything it started end
     when this corectl process ends, however it ends (SIGKILL included).
@@ -212,7 +216,7 @@ def playbook_guard(private_dir: Path) -> Path:
     if not real.is_file():
         real = Path(shutil.which("ansible-playbook") or real)
     script = directory / "ansible-playbook"
-    package_root = str(Path(__file__).resolve().parents[1])
+    package_root = str(Path(__file__).resolve().parents[2])
     text = GUARD.format(python=sys.executable, package_root=package_root, parent=os.getpid(), real=str(real))
     script.write_text(text, encoding="utf-8")
     script.chmod(0o700)

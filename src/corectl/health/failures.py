@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from corectl.errors import CorectlError
-from corectl.site import Site
+from corectl.site import Site, groupvars
+from corectl.words import counted
 
 BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another one before giving up
 
@@ -323,3 +324,37 @@ def rma_report(site: Site, failures: int, days: int, now: datetime) -> tuple[Off
             actions = conn.execute(f"{_ACTION} WHERE {span}", window_args)
             cases.append(RmaCase(node, tuple(map(_verdict, failed)), tuple(map(_action, actions))))
     return offenders, cases
+
+
+# --------------------------------------------------------------------------- the site's rule
+
+FAILURES_VAR = "corectl_repeat_offender_failures"
+DAYS_VAR = "corectl_repeat_offender_days"
+DEFAULT_FAILURES = 3
+DEFAULT_DAYS = 7
+
+
+def thresholds(site: Site, count: int | None = None, days: int | None = None) -> tuple[int, int]:
+    """(failures, days) of the repeat-offender rule: the given ones, else the site's group_vars."""
+    if count is not None and days is not None:
+        return count, days
+    values = groupvars.all_vars(site)
+    return (
+        count if count is not None else groupvars.whole_number(values, FAILURES_VAR, DEFAULT_FAILURES),
+        days if days is not None else groupvars.whole_number(values, DAYS_VAR, DEFAULT_DAYS),
+    )
+
+
+def site_offenders(site: Site, now: datetime, warn: Callable[[str], None]) -> Offenders | None:
+    """The repeat offenders by the site's rule; a history that cannot be read: ``warn``, and None."""
+    count, days = thresholds(site)
+    try:
+        return repeat_offenders(site, count, days, now)
+    except HistoryUnavailable as exc:
+        warn(f"warning: repeat offenders not shown: {exc}")
+        return None
+
+
+def rule(count: int, days: int) -> str:
+    """``>=3 failing health runs in 7 days``."""
+    return f">={counted(count, 'failing health run')} in {counted(days, 'day')}"

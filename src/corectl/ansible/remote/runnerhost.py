@@ -26,8 +26,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from corectl.errors import CorectlError
-from corectl.model import Control, RunnerHost
 from corectl.site import Site
+from corectl.site.model import Control, RunnerHost
 
 TOP_PACKAGES = ("ansible-runner", "ansible-core")
 ACCELERATOR_PACKAGE = "mitogen"  # its ansible_mitogen package holds the strategy plugin

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from corectl import groupvars
 from corectl.errors import CorectlError
-from corectl.failures import Action, stamp
+from corectl.health.failures import Action, stamp
+from corectl.site import groupvars
 
 HEALTH_REASON = "corectl-health:"  # how Slurm's health program (role slurm) starts its drain reason
 SERVICE_REASON = "corectl: needs hardware service ({check})"

@@ -24,7 +24,7 @@ def project_root() -> Path:
     for candidate in (Path.cwd(), *Path.cwd().parents):
         if _is_project(candidate):
             return candidate
-    packaged = Path(__file__).resolve().parents[2]
+    packaged = Path(__file__).resolve().parents[3]
     if _is_project(packaged):
         return packaged
     raise CorectlError("cannot find the corectl project (playbooks/site.yml); run inside it or set CORECTL_ROOT")
@@ -64,7 +64,7 @@ class Site:
 
     @property
     def history_db(self) -> Path:
-        """Every health verdict and remediation action per node (corectl.failures)."""
+        """Every health verdict and remediation action per node (corectl.health.failures)."""
         return self.directory / ".history.sqlite"
 
     @property

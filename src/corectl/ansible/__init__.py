@@ -1,0 +1,45 @@
+"""The one boundary to Ansible: the only package that imports ansible_runner.
+
+`run(request)` runs a RunRequest: fanned out over the site's runner hosts when cluster.yml names
+them (`control.runners`) and the request allows it (`request.fan_out`), else from this host.
+Below it: `runner` (one local ansible-runner run, its events and run record), `guard` (the
+ansible-playbook that never outlives corectl), `progress` (live progress and summaries from the
+events), `records` (past runs read back), and `remote/` (shards, job packs, runner hosts, the
+fanned run).
+"""
+
+from __future__ import annotations
+
+from corectl.ansible.remote.fanout import run_fanned
+from corectl.ansible.runner import (
+    EventSink,
+    RunRequest,
+    RunResult,
+    changed_paths,
+    failure_detail,
+    reported_change,
+    run_playbook,
+    run_standalone,
+)
+from corectl.site.loader import load_cluster
+from corectl.site.model import Cluster
+
+__all__ = [
+    "EventSink",
+    "RunRequest",
+    "RunResult",
+    "changed_paths",
+    "failure_detail",
+    "reported_change",
+    "run",
+    "run_standalone",
+]
+
+
+def run(request: RunRequest, sink: EventSink | None = None, *, cluster: Cluster | None = None) -> RunResult:
+    """Run ``request`` (``sink`` sees every event): over the runners or here, as it says."""
+    if request.fan_out:
+        cluster = cluster or load_cluster(request.site.directory)
+        if cluster.config.control is not None:
+            return run_fanned(request, cluster, sink)
+    return run_playbook(request, sink=sink)

@@ -1,0 +1,42 @@
+"""Run records: what each run leaves in the site's .runs/<id>/corectl.json (written by
+corectl.ansible.runner), read back for `corectl runs` and for the expected length of the next
+like run (LiveProgress)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from corectl.ansible.progress import Expected
+from corectl.site import Site
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None for one that is missing or cut short (a run killed while writing)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def load_runs(site: Site) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted(site.runs_dir.glob("*/corectl.json")):
+        record = read_json(path)
+        if record is not None:
+            records.append({**record, "id": path.parent.name})
+    return sorted(records, key=lambda r: (r.get("started", ""), r["id"]))
+
+
+def expected_from_history(
+    site: Site, command: str, playbook: str, *, tags: str | None = None, check: bool = False
+) -> Expected | None:
+    """(tasks, seconds) of the newest successful run of the same command and playbook (and the
+    same --tags and --check, which change what runs): LiveProgress's expected total."""
+    for record in reversed(load_runs(site)):
+        same = (record.get("command"), record.get("playbook"), record.get("tags"), bool(record.get("check")))
+        if same == (command, playbook, tags, check) and record.get("status") == "successful" and record.get("tasks"):
+            return int(record["tasks"]), float(record.get("elapsed_s") or 0.0)
+    return None

@@ -1,0 +1,5 @@
+"""`python -m corectl.cli`."""
+
+from corectl.cli import main
+
+main()

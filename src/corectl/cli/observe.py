@@ -1,0 +1,85 @@
+"""Commands that show the cluster's state: health, status, history, rma."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from corectl.cli import policy
+from corectl.cli.app import app, err, out
+from corectl.cli.options import InventoryOpt, JsonOpt, LimitOpt
+
+
+@app.command()
+def health(
+    inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
+    level: Annotated[
+        int | None, typer.Option("--level", min=0, max=3, help="dcgmi diag level (0 off, 1-3); default: the nodes'")
+    ] = None,
+    json_out: JsonOpt = False,
+    wide: Annotated[bool, typer.Option("--wide", help="the full node x check matrix instead of the summary")] = False,
+    burn_in: Annotated[
+        bool, typer.Option("--burn-in", help="NCCL all_reduce through Slurm instead, busbw vs the profile's")
+    ] = False,
+) -> None:
+    """Run the node health checks on compute nodes in parallel; exit 1 if any node fails."""
+    if burn_in:
+        from corectl.commands.burnin import burn_in as run_burn_in
+
+        if any(r.status == "fail" for r in run_burn_in(policy.site(inventory), out, limit=limit)):
+            raise typer.Exit(1)
+        return
+
+    from corectl.commands.health import health as run_health
+
+    if not run_health(policy.site(inventory), out, err, limit=limit, level=level, json_out=json_out, wide=wide):
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(inventory: InventoryOpt = None) -> None:
+    """Show compute nodes with their Slurm state, reason, running jobs, last health check and repeat offenders."""
+    from corectl.commands.status import status as site_status
+
+    out.print(site_status(policy.site(inventory), policy.warn))
+
+
+@app.command("history")
+def node_history(
+    node: Annotated[str, typer.Argument(help="a node of the site, e.g. dgx07")],
+    inventory: InventoryOpt = None,
+    last: Annotated[int, typer.Option("--last", min=1, help="how many verdicts and actions to show")] = 20,
+) -> None:
+    """A node's health verdicts and remediation actions, newest first (every corectl health adds one)."""
+    from corectl.commands.failures import history_view
+
+    out.print(history_view(policy.site(inventory), node, last))
+
+
+@app.command()
+def rma(
+    inventory: InventoryOpt = None,
+    json_out: JsonOpt = False,
+    failures: Annotated[
+        int | None,
+        typer.Option(min=1, help="failing health runs that make a repeat offender (default: group_vars, 3)"),
+    ] = None,
+    days: Annotated[
+        int | None, typer.Option(min=1, help="in this many days up to now (default: group_vars, 7)")
+    ] = None,
+) -> None:
+    """Nodes to send back (repeat offenders of the health checks), with the dates and failing checks."""
+    from datetime import UTC, datetime
+
+    from corectl.commands.failures import rma as rma_report
+    from corectl.commands.failures import rma_json, rma_view
+
+    site = policy.site(inventory)
+    offenders, cases = rma_report(site, datetime.now(UTC), failures, days)
+    if json_out:
+        print(json.dumps(rma_json(site, offenders, cases), indent=2))
+    else:
+        out.print(rma_view(site, offenders, cases))

@@ -1,0 +1,102 @@
+"""What every command line shares: which site, one changing command per site (the lock), how a
+run's result becomes an exit code with the next step, and the password and host-key prompts."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from corectl.cli.app import err, out
+from corectl.errors import CorectlError
+from corectl.site import Site, resolve_site
+
+if TYPE_CHECKING:
+    from corectl.ansible import RunResult
+    from corectl.commands.bootstrap import Login
+
+
+def site(inventory: str | None) -> Site:
+    return resolve_site(inventory)
+
+
+@contextlib.contextmanager
+def changing(target: Site, wait: float) -> Iterator[None]:
+    """Hold the site's lock (one changing command per site); the holder is this command line."""
+    from corectl.lock import site_lock
+
+    if not target.directory.is_dir():  # no such site: the command says so itself, and nothing is created
+        yield
+        return
+    command = shlex.join(sys.argv[1:])
+    with site_lock(target, command, wait=wait, warn=warn):
+        yield
+
+
+def warn(line: str) -> None:
+    err.print(line, markup=False, soft_wrap=True)
+
+
+def require_ok(result: RunResult, what: str, *, per_host: bool = False) -> None:
+    """A run with failed or unreachable hosts (or none that ran) ends the command non-zero, with
+    the next step in its last line. ``per_host``: a rerun can be limited to the failed hosts."""
+    if result.ok:
+        return
+    if result.status == "canceled":
+        raise CorectlError(
+            f"{what} canceled after {result.elapsed:.0f}s ({len(result.hosts)} hosts reached, counts above); "
+            "running it again is safe and continues where it stopped",
+            exit_code=130,
+        )
+    failed = result.failed_hosts
+    if not failed:
+        tail = result.output_tail(1)
+        raise CorectlError(f"{what} failed: {result.status}: {tail[-1] if tail else 'no output'}")
+    unreachable = [h for h in failed if result.hosts[h].unreachable]
+    parts = [f"unreachable: {', '.join(unreachable)}"] if unreachable else []
+    if len(unreachable) < len(failed):
+        parts.append(f"failed: {', '.join(h for h in failed if h not in unreachable)}")
+    retry = f"retry just those: {with_limit(failed)}" if per_host else "fix the cause and run it again"
+    raise CorectlError(f"{what} failed ({'; '.join(parts)}); {retry}")
+
+
+def with_limit(hosts: list[str]) -> str:
+    """This command line with ``--limit`` set to ``hosts``."""
+    argv, kept = sys.argv[1:], []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--limit", "-l"):
+            skip = True
+        elif not arg.startswith("--limit="):
+            kept.append(arg)
+    return "corectl " + shlex.join([*kept, "--limit", ",".join(hosts)])
+
+
+def bootstrap_login(user: str, password_env: str | None, key: Path | None) -> Login:
+    from corectl.commands.bootstrap import Login
+
+    password = None
+    if password_env:
+        password = os.environ.get(password_env)
+        if password is None:
+            raise CorectlError(f"--password-env {password_env}: not set", exit_code=2)
+    elif key is None or user != "root":
+        password = getpass.getpass(f"password of {user} on the nodes: ")
+    return Login(user, password, key)
+
+
+def host_key_prompt(yes: bool) -> Callable[[str, str], bool]:
+    def accept(node: str, shown: str) -> bool:
+        out.print(f"{node}: host key {shown}", highlight=False)
+        return yes or typer.confirm(f"accept the host key of {node}?")
+
+    return accept

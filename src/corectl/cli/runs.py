@@ -1,0 +1,100 @@
+"""Commands that run playbooks on the site: provision, plan, bootstrap, upgrade drivers, runners
+bootstrap, and the record of past runs (runs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from corectl.cli import policy
+from corectl.cli.app import app, out, runners_app, upgrade_app
+from corectl.cli.options import InventoryOpt, KeyOpt, LimitOpt, PasswordEnvOpt, TagsOpt, WaitOpt, YesOpt, seconds
+
+
+@app.command()
+def provision(
+    inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
+    tags: TagsOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="dry run: change nothing")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="show the changes to files")] = False,
+    wait: WaitOpt = 0,
+    local: Annotated[
+        bool, typer.Option("--local", help="run from this host even where cluster.yml names runner hosts")
+    ] = False,
+) -> None:
+    """Validate, render and run the site playbook on the site's nodes (through its runners, if any)."""
+    from corectl.commands.provision import provision as run_provision
+
+    site = policy.site(inventory)
+    with policy.changing(site, wait):
+        result = run_provision(site, out, limit=limit, tags=tags, check=check, diff=diff, local=local)
+    policy.require_ok(result, "provision", per_host=True)
+
+
+@app.command()
+def plan(inventory: InventoryOpt = None, limit: LimitOpt = None, tags: TagsOpt = None) -> None:
+    """Dry run of provision (check + diff) with a per-host list of what would change."""
+    from corectl.commands.provision import plan as run_plan
+
+    policy.require_ok(run_plan(policy.site(inventory), out, limit=limit, tags=tags), "plan", per_host=True)
+
+
+@app.command()
+def bootstrap(
+    inventory: InventoryOpt = None,
+    nodes: Annotated[list[str] | None, typer.Argument(help="nodes (default: every node of the site)")] = None,
+    user: Annotated[str, typer.Option(help="user for the first login (root, or an admin user with sudo)")] = "root",
+    password_env: PasswordEnvOpt = None,
+    key: KeyOpt = None,
+    yes: YesOpt = False,
+    wait: WaitOpt = 0,
+) -> None:
+    """First contact with fresh nodes: record host keys, install corectl's key, make sure python3 is there."""
+    from corectl.commands.bootstrap import bootstrap as run_bootstrap
+
+    site = policy.site(inventory)
+    login = policy.bootstrap_login(user, password_env, key)
+    with policy.changing(site, wait):
+        run_bootstrap(site, out, nodes or [], login, policy.host_key_prompt(yes))
+
+
+@upgrade_app.command("drivers")
+def upgrade_drivers(
+    inventory: InventoryOpt = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="nodes upgraded at a time")] = 1,
+    timeout: Annotated[int, seconds("seconds to wait for a node's running jobs to end", minimum=60)] = 3600,
+    limit: LimitOpt = None,
+    wait: WaitOpt = 0,
+) -> None:
+    """Rolling, drain-aware upgrade to group_vars' nvidia_driver_version: idle nodes first, no job killed."""
+    from corectl.commands.upgrade import upgrade_drivers as run_upgrade
+
+    site = policy.site(inventory)
+    with policy.changing(site, wait):
+        results = run_upgrade(site, out, batch=batch, timeout=timeout, limit=limit)
+    out.print(f"upgrade drivers: {len(results)} batch(es) done", highlight=False)
+
+
+@runners_app.command("bootstrap")
+def runners_bootstrap(inventory: InventoryOpt = None) -> None:
+    """Install this host's ansible-core, ansible-runner and collections on every runner host."""
+    from corectl.commands.runners import bootstrap_runners
+
+    bootstrap_runners(policy.site(inventory), out)
+
+
+@app.command()
+def runs(
+    inventory: InventoryOpt = None,
+    last: Annotated[int, typer.Option(help="how many runs to list")] = 20,
+    show: Annotated[
+        str | None, typer.Option("--show", help="what one run changed, per host and task: a run id, a prefix, or last")
+    ] = None,
+) -> None:
+    """List past runs (when, command, result, hosts changed/failed) from the kept artifacts."""
+    from corectl.commands.history import runs_table, show_run
+
+    site = policy.site(inventory)
+    out.print(show_run(site, show) if show else runs_table(site, last))

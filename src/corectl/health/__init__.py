@@ -1,0 +1,1 @@
+"""Node health: the checks' reports and verdicts, the failure history, and heal's rules."""

@@ -1,0 +1,112 @@
+"""Slurm as corectl reads and sets it on the controller: every compute node's state and reason
+and the running jobs (playbooks/slurm-status.yml), node names checked against the site, and drain
+or resume (playbooks/node-state.yml)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from corectl import ansible, hostlist
+from corectl.ansible import RunRequest, RunResult
+from corectl.ansible.progress import LiveProgress, summary_table
+from corectl.errors import CorectlError
+from corectl.site import Site
+from corectl.site.inventory import render_site
+from corectl.site.model import Cluster
+
+
+@dataclass
+class SlurmStatus:
+    states: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
+    jobs: dict[str, list[str]] = field(default_factory=dict)  # job id -> nodes
+
+    def busy_nodes(self) -> set[str]:
+        return {node for nodes in self.jobs.values() for node in nodes}
+
+    def jobs_on(self, node: str) -> list[str]:
+        return sorted(job for job, nodes in self.jobs.items() if node in nodes)
+
+
+def parse_status(data: dict) -> SlurmStatus:
+    states = {row[0]: (row[1], row[2] if len(row) > 2 else "") for row in data.get("nodes", []) if row}
+    # a job's nodes: Slurm's host list ("dgx[01-04]"), or already a list of names
+    jobs: dict[str, list[str]] = {}
+    for job, nodes in data.get("jobs", []):
+        jobs[str(job)] = hostlist.expand(nodes) if isinstance(nodes, str) else list(nodes)
+    return SlurmStatus(states=states, jobs=jobs)
+
+
+def read_slurm_status(site: Site, console: Console | None = None) -> SlurmStatus:
+    with tempfile.TemporaryDirectory(prefix="corectl-status-") as tmp:
+        out = Path(tmp) / "status.json"
+        request = RunRequest(
+            site=site,
+            playbook="slurm-status.yml",
+            command="status",
+            extravars={"corectl_status_out": str(out)},
+            secrets=False,
+            fan_out=False,  # one host's work, on the controller
+        )
+        result = ansible.run(request)
+        if not result.ok or not out.is_file():
+            why = "; ".join(result.failure_lines()) or result.status
+            raise CorectlError(f"could not read the Slurm state from the controller ({why}); see {result.artifact_dir}")
+        return parse_status(json.loads(out.read_text()))
+
+
+def compute_names(site: Site, cluster: Cluster, expr: str, what: str = "NODE") -> list[str]:
+    """The compute nodes a host list names; a malformed list or another node: a one-line error."""
+    try:
+        names = hostlist.expand(expr)
+    except hostlist.HostlistError as exc:
+        raise CorectlError(f"{what}: {exc}", exit_code=2) from None
+    computes = {n.name for n in cluster.nodes if "compute" in n.roles}
+    unknown = [name for name in names if name not in computes]
+    if unknown:
+        raise CorectlError(f"not compute nodes of site {site.name}: {', '.join(unknown)}", exit_code=2)
+    return names
+
+
+def set_state(site: Site, console: Console, nodes: str, state: str, reason: str | None = None) -> RunResult:
+    cluster, _ = render_site(site, check_only=False)
+    names = compute_names(site, cluster, nodes)
+    if state == "drain" and not (reason and reason.strip()):
+        raise CorectlError("a drain needs --reason (Slurm shows it to users and operators)", exit_code=2)
+    result = state_run(site, cluster, console, names, state, reason)
+    console.print(summary_table(result))
+    return result
+
+
+def state_run(
+    site: Site,
+    cluster: Cluster,
+    console: Console,
+    names: list[str],
+    state: str,
+    reason: str | None = None,
+    only_reason: str | None = None,
+) -> RunResult:
+    """Drain (with ``reason``) or resume ``names`` on the controller; ``only_reason``: resume only
+    nodes whose reason starts with it."""
+    controller = cluster.with_role("slurm_controller")[0].name
+    extravars = {"corectl_state_nodes": hostlist.compress(names), "corectl_state": state}
+    if reason:
+        extravars["corectl_state_reason"] = reason.strip()
+    if only_reason:
+        extravars["corectl_state_only_reason"] = only_reason
+    request = RunRequest(
+        site=site,
+        playbook="node-state.yml",
+        command=f"{state} {hostlist.compress(names)}",
+        limit=controller,
+        extravars=extravars,
+        secrets=False,
+        fan_out=False,  # one host's work, on the controller
+    )
+    with LiveProgress(console, f"{state} {site.name}") as progress:
+        return ansible.run(request, progress)
