@@ -10,6 +10,18 @@ import pytest
 from corectl.site import Site
 
 ROOT = Path(__file__).resolve().parents[1]
+STANDIN = ROOT / "tests" / "standin"  # the stand-ins of NVIDIA's and GitHub's software
+SAMPLES = ROOT / "tests" / "samples"  # real tool output (sources in SOURCES.md)
+CHECKER = ROOT / "roles" / "node_health" / "files" / "corectl-health-check"
+# the stand-in tools the health checker calls, by the name it calls them (under STANDIN)
+CHECKER_TOOLS = {
+    "gpu-sim": "gpusim/gpu_sim.py",
+    "nvidia-smi": "driver/nvidia_smi.py",
+    "nv-fabricmanager": "fabricmanager/nv_fabricmanager.py",
+    "dcgmi": "dcgm/dcgmi.py",
+    "nv-hostengine": "dcgm/nv_hostengine.py",
+}
+STANDIN_DRIVER = "580.95.05"  # the driver the simulated nodes of the host-side tests run
 
 
 @pytest.fixture

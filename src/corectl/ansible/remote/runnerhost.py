@@ -31,7 +31,7 @@ from corectl.site.model import Control, RunnerHost
 
 TOP_PACKAGES = ("ansible-runner", "ansible-core")
 ACCELERATOR_PACKAGE = "mitogen"  # its ansible_mitogen package holds the strategy plugin
-# The collections the roles and playbooks name (tests/test_runnerhost.py scans them for others).
+# The collections the roles and playbooks name (tests/unit/test_fanout_units.py scans them for others).
 COLLECTIONS = ("ansible.posix", "community.general", "community.mysql")
 ENTRY_POINTS = ("ansible-runner", "ansible-playbook")
 PLAIN_PATH = re.compile(r"^[A-Za-z0-9._/@+-]+$")

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import pytest
 
+from conftest import ROOT
 from corectl import secrets
 from corectl.ansible.runner import control_path_dir
 from corectl.health.report import last_verdicts
@@ -29,7 +30,6 @@ from corectl.site import resolve_site
 pytestmark = pytest.mark.lab
 T = TypeVar("T")
 
-ROOT = Path(__file__).resolve().parents[1]
 CORECTL = str(Path(sys.executable).parent / "corectl")
 SUBNET = "172.29.210.0/24"
 PORT_BASE = 22300
@@ -110,7 +110,8 @@ def containers(site: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def lab_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The lab's nodes started (corectl lab up), not provisioned yet; removed at the end."""
     site = tmp_path_factory.mktemp("sites") / "labtest"
     args = ["--inventory", str(site)]
     options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
@@ -125,7 +126,21 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         assert containers(site) == []
 
 
-def test_lab_up_wrote_the_inventory(lab: Path):
+@pytest.fixture(scope="module")
+def first_provision(lab_up: Path) -> subprocess.CompletedProcess[str]:
+    """The lab's first provision (from bare stand-ins to a working cluster)."""
+    return corectl("provision", "--inventory", str(lab_up))
+
+
+@pytest.fixture(scope="module")
+def lab(lab_up: Path, first_provision: subprocess.CompletedProcess[str]) -> Path:
+    """The provisioned lab: a test that takes it (alone, with -k, or in any order) finds Slurm,
+    the GPU stack, users and monitoring in place."""
+    return lab_up
+
+
+def test_lab_up_wrote_the_inventory(lab_up: Path):
+    lab = lab_up
     assert (lab / "cluster.yml").is_file()
     assert (lab / "hosts.yml").is_file()
     assert containers(lab) == [
@@ -149,10 +164,10 @@ def test_lab_up_wrote_the_inventory(lab: Path):
     assert not (other / ".lab").exists()
 
 
-def test_provision_converges(lab: Path):
+def test_provision_converges(lab: Path, first_provision: subprocess.CompletedProcess[str]):
     # (that a second provision then changes nothing is asserted after add-node and after
     # remove-node below: assert_provision_changes_nothing, on every host)
-    first = corectl("provision", "--inventory", str(lab))
+    first = first_provision
     assert "failed=0 hosts=3" in first.stdout
     record = runs(lab)[-1]
     assert record["status"] == "successful"

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from conftest import ROOT
 from corectl import hostlist
 from corectl.cli import app
 from corectl.errors import ValidationFailed
@@ -30,7 +31,6 @@ from corectl.site.loader import MAX_PROBLEMS, load_cluster
 from corectl.site.render import render_text
 from corectl.site.yamlsrc import MAX_BYTES, MAX_WRITTEN
 
-ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
 CASES = sorted(CORPUS.glob("[0-9][0-9]-*.yml"))
 EXPECT = re.compile(r"^# expect: (?P<path>\S+): (?P<word>.+)$")

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 CORECTL = str(Path(sys.executable).parent / "corectl")
 UNREACHABLE = re.compile(r"unreachable|cannot reach", re.IGNORECASE)
 

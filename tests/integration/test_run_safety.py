@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import probe_project
+from conftest import ROOT, probe_project
 from corectl import secrets
 from corectl.ansible import runner
 from corectl.site import Site
 
-ROOT = Path(__file__).resolve().parents[1]
 VAULT_PASSWORD = "vault-pw-8c1e5d0f-at-rest-nowhere"
 BOOTSTRAP_PASSWORD = "bootstrap-pw-4b7a9e21-at-rest-nowhere"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 TASKS = """

@@ -31,9 +31,9 @@ from types import ModuleType
 import pytest
 
 # the stand-in tools and the checker, as the checker's own tests run them
-from test_health_check import CHECKER, DRIVER, ROOT, STANDIN, TOOLS
-
-SAMPLES = ROOT / "tests" / "samples"
+from conftest import CHECKER, ROOT, SAMPLES, STANDIN
+from conftest import CHECKER_TOOLS as TOOLS
+from conftest import STANDIN_DRIVER as DRIVER
 
 
 def load_script(name: str, path: Path) -> ModuleType:
@@ -72,7 +72,8 @@ class CannedNode(hc.Node):
 
 
 class Sim:
-    """A simulated DGX H100 in tmp_path, like tests/test_standin.py's Node: the stand-in tools and their state."""
+    """A simulated DGX H100 in tmp_path, like tests/integration/test_standin.py's Node: the stand-in
+    tools and their state."""
 
     def __init__(self, root: Path) -> None:
         lib = root / "lib"
@@ -452,7 +453,7 @@ def test_chrony_serving_its_local_clock_is_not_synchronised(chronyc: None):
 
 
 def test_health_check_tests_use_the_real_local_clock_report():
-    fake = load_script("health_check_tests_local", ROOT / "tests" / "test_health_check.py").CHRONY_LOCAL
+    fake = load_script("health_check_tests_local", ROOT / "tests" / "integration" / "test_health_check.py").CHRONY_LOCAL
     assert fake == tracking_csv(sample("chronyc-tracking.local-stratum-10.srlinux-ntp-server.txt"))
 
 
@@ -613,7 +614,11 @@ def test_standin_ib_sysfs_has_the_real_shape(sim: Sim):
 
 
 def test_standin_chronyc_csv_has_the_real_fields():
-    fake = load_script("health_check_tests", ROOT / "tests" / "test_health_check.py").CHRONY_SYNCED.strip().split(",")
+    fake = (
+        load_script("health_check_tests", ROOT / "tests" / "integration" / "test_health_check.py")
+        .CHRONY_SYNCED.strip()
+        .split(",")
+    )
     assert len(fake) == len(chrony_csv_fields()) == 14
     assert re.fullmatch(r"[0-9A-F]{8}", fake[0]) and fake[2].isdigit()
     assert all(re.fullmatch(r"[+-]?\d+\.\d+", value) for value in fake[3:13]), fake

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 # contract id -> (module of the copy, the import appended to it)

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
 
 import fleet
 

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import probe_project
+from conftest import ROOT, probe_project
 from corectl.ansible.runner import RunRequest, failure_detail, run_playbook, runner_kwargs, stats_from_event
 from corectl.site import resolve_site
 
@@ -108,7 +108,7 @@ def test_the_accelerator_is_stock_unless_asked_for_and_names_what_is_missing(mon
             accelerator_env("mitogen")
         return
     assert accelerator_env("mitogen") == {"ANSIBLE_STRATEGY": "corectl.fleet.mitogen_linear"}
-    collection = Path(__file__).resolve().parents[1] / "collections/ansible_collections/corectl/fleet"
+    collection = ROOT / "collections/ansible_collections/corectl/fleet"
     assert (collection / "plugins/strategy/mitogen_linear.py").is_file()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CorectlError, match=r"pip install 'corectl\[mitogen\]'"):
@@ -150,7 +150,7 @@ def test_corectl_mitogen_strategy_scans_the_collections_once_and_hands_on_the_sa
 
     if importlib.util.find_spec("ansible_mitogen") is None:
         pytest.skip("mitogen is not installed")
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     plugin = root / "collections/ansible_collections/corectl/fleet/plugins/strategy/mitogen_linear.py"
     env = {**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")}
     out = subprocess.run([sys.executable, "-c", STRATEGY_CHECK, str(plugin)], cwd=root, env=env,

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STANDIN
 from corectl.errors import CorectlError
 from corectl.lab.docker import engine_ready
 from corectl.lab.image import ensure_image
 
-STANDIN = Path(__file__).resolve().parent / "standin"
 TOOLS = {
     "gpu-sim": "gpusim/gpu_sim.py",
     "nvidia-smi": "driver/nvidia_smi.py",

@@ -80,7 +80,7 @@ VARIANTS = [
     ("  ntp_servers:\n", "  ntp_servers: [\n", "(yaml)", "expected the node content, but found '-'", "    - 10.10.0.1"),
     ("    leaf: leaf2\n", "    leaf: spine1\n", "nodes[2].leaf", "not a leaf"),
     ("      mountpoint: /data\n", "      mountpoint: /home\n", "cephfs.mounts[1].mountpoint", "duplicate mountpoint"),
-    # hostile values (tests/test_hostile_input.py has a corpus of whole files)
+    # hostile values (tests/unit/test_hostile_input.py has a corpus of whole files)
     (
         "    SLURM_CONF_SERVER: head01\n",
         "    SLURM_CONF_SERVER: \"{{ lookup('pipe', 'id') }}\"\n",

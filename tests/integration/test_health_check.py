@@ -19,17 +19,10 @@ from pathlib import Path
 import jinja2
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-STANDIN = ROOT / "tests" / "standin"
-CHECKER = ROOT / "roles" / "node_health" / "files" / "corectl-health-check"
-TOOLS = {
-    "gpu-sim": "gpusim/gpu_sim.py",
-    "nvidia-smi": "driver/nvidia_smi.py",
-    "nv-fabricmanager": "fabricmanager/nv_fabricmanager.py",
-    "dcgmi": "dcgm/dcgmi.py",
-    "nv-hostengine": "dcgm/nv_hostengine.py",
-}
-DRIVER = "580.95.05"
+from conftest import CHECKER, CHECKER_TOOLS, ROOT, SAMPLES, STANDIN, STANDIN_DRIVER
+
+TOOLS = CHECKER_TOOLS
+DRIVER = STANDIN_DRIVER
 # the checker reports its checks in this order: most specific first, so a lost GPU is named as
 # gpu-count and not as the NVLink or fabric errors that follow from it (docs/roles.md)
 CHECK_ORDER = [
@@ -62,7 +55,6 @@ CHRONY_LOCAL = (
     "7F7F0101,,10,1770180461.000000000,-0.000000000,+0.000000000,0.000000000,-286.484,+0.000,0.000,0.000000000,"
     "0.000000000,0.0,Normal\n"
 )
-SAMPLES = ROOT / "tests" / "samples"
 
 
 def mounted_writable() -> str | None:

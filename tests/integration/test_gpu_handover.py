@@ -15,10 +15,9 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, SAMPLES, STANDIN
+
 PROGRAM = ROOT / "roles" / "slurm" / "files" / "corectl-gpu-handover"
-STANDIN = ROOT / "tests" / "standin"
-SAMPLES = ROOT / "tests" / "samples"
 
 
 def load_program() -> ModuleType:

@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from conftest import ROOT
 from corectl.ansible.runner import HostStats, RunRequest, RunResult
 from corectl.cli import app
 from corectl.commands.failures import history_view, rma_json, rma_view
@@ -29,7 +30,6 @@ from corectl.health.failures import Action, FailedCheck, Verdict, site_offenders
 from corectl.site import Site, groupvars
 from corectl.slurm import SlurmStatus
 
-ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 XID = "Xid 79 on GPU 3 (fallen off the bus)"
 ECC = "GPU 3: 2 uncorrectable volatile ECC errors, 1 retired page pending; reset the GPU"

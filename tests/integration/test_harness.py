@@ -76,17 +76,17 @@ def test_ci_digest_repeats_a_failed_stages_first_errors(tmp_path: Path, root: Pa
 
     log = tmp_path / "lab.log"
     log.write_text(
-        "tests/test_lab_e2e.py EEEE\n"
+        "tests/e2e/test_lab_e2e.py EEEE\n"
         "E   AssertionError: corectl lab up exited 1:\n"
         "E   error: the lab's Ceph did not come up (failed e2e-ceph: timeout); see /x\n"
         "E   error: the lab's Ceph did not come up (failed e2e-ceph: timeout); see /x\n"
         "ok: [head01]\n"
-        "ERROR tests/test_lab_e2e.py::test_provision_converges - AssertionError: corectl lab up\n"
+        "ERROR tests/e2e/test_lab_e2e.py::test_provision_converges - AssertionError: corectl lab up\n"
         'fatal: [instance]: FAILED! => {"msg": "' + "x" * 400 + '"}\n'
     )
     digest = stages.first_errors(log)
     assert digest == [
         "E   error: the lab's Ceph did not come up (failed e2e-ceph: timeout); see /x",
-        "ERROR tests/test_lab_e2e.py::test_provision_converges - AssertionError: corectl lab up",
+        "ERROR tests/e2e/test_lab_e2e.py::test_provision_converges - AssertionError: corectl lab up",
         ('fatal: [instance]: FAILED! => {"msg": "' + "x" * 400)[:300],
     ]

@@ -8,11 +8,11 @@ import importlib.util
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+
 MODULE = ROOT / "collections/ansible_collections/corectl/fleet/plugins/modules/slurm_accounting.py"
 spec = importlib.util.spec_from_file_location("corectl_slurm_accounting", MODULE)
 assert spec is not None and spec.loader is not None

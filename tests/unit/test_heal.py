@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import pytest
 from rich.console import Console
 
+from conftest import ROOT
 from corectl import power as power_cmd
 from corectl.ansible.runner import RunResult
 from corectl.commands import heal as heal_cmd
@@ -26,8 +27,6 @@ from corectl.secrets import bmc_credentials, set_bmc_credentials
 from corectl.site import Site
 from corectl.site.loader import load_cluster
 from corectl.slurm import SlurmStatus
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

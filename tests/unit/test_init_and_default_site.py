@@ -10,13 +10,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from conftest import ROOT
 from corectl import bootstrap, secrets
 from corectl.cli import app
 from corectl.errors import CorectlError
 from corectl.site import default_site_name, resolve_site
 from corectl.site.loader import load_cluster
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

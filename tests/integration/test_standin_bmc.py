@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 import redfish
 
-BMC = Path(__file__).parent / "standin" / "bmc.py"
+from conftest import ROOT
+
+BMC = ROOT / "tests" / "standin" / "bmc.py"
 CONTAINER = "corectl-test-dgx01"
 PASSWORD = "s3cret pw"  # a space, to see the password file is read whole
 REDFISH_ADDR = "127.29.99.11"
@@ -339,7 +341,7 @@ def test_lab_down_stops_bmcs_it_has_no_pid_file_for(start_bmc, tmp_path: Path) -
     from corectl.site import Site
 
     ours, theirs = start_bmc("redfish"), start_bmc("ipmi")
-    site = Site(root=Path(__file__).parents[1], directory=tmp_path / "fresh" / "test")
+    site = Site(root=ROOT, directory=tmp_path / "fresh" / "test")
     lab_bmc.stop_all(site, {"corectl-other-dgx01"})
     assert ours.proc.poll() is None and theirs.proc.poll() is None
     lab_bmc.stop_all(site, {CONTAINER})
