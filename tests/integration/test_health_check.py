@@ -20,15 +20,15 @@ import jinja2
 import pytest
 
 from conftest import CHECKER, CHECKER_TOOLS, ROOT, SAMPLES, STANDIN, STANDIN_DRIVER
+from corectl.health.report import CHECK_ORDER as REPORT_ORDER
 
 TOOLS = CHECKER_TOOLS
 DRIVER = STANDIN_DRIVER
 # the checker reports its checks in this order: most specific first, so a lost GPU is named as
-# gpu-count and not as the NVLink or fabric errors that follow from it (docs/roles.md)
-CHECK_ORDER = [
-    "driver-version", "gpu-count", "fm-version", "fabricmanager", "fabric", "persistence", "ecc", "nvlink",
-    "temperature", "throttle", "xid", "ib", "gpudirect", "mounts", "services", "clock", "dcgm-diag",
-]  # fmt: skip
+# gpu-count and not as the NVLink or fabric errors that follow from it (docs/roles.md); corectl's
+# list leads with its own two (reachable, checker), held against the checker's manifest in
+# tests/unit/test_health_manifest.py
+CHECK_ORDER = list(REPORT_ORDER[2:])
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 # systemctl is-active UNIT...: the state of each unit is the content of $HEALTH_UNITS/<unit> (default inactive)
