@@ -137,14 +137,16 @@ def lint(stages: Stages, lane: int = 1) -> bool:
 
 
 def python_sources() -> list[str]:
-    """Every Python file of the project: the packages and the in-repo collection, and the programs
-    roles ship without a .py name (the health checker, the GPU handover, ...), found by shebang."""
+    """Every Python file of the project: the packages and the in-repo collection, the Python
+    packages under roles' files/ (the health checker's source), and the programs roles ship
+    without a .py name (the health checker, the GPU handover, ...), found by shebang."""
     shipped = sorted(
         str(path.relative_to(ROOT))
         for path in (ROOT / "roles").glob("*/files/*")
         if path.is_file() and path.read_bytes()[:64].startswith(b"#!") and b"python" in path.read_bytes()[:64]
     )
-    return ["src", "tests", "bench", "collections", *shipped]
+    packages = sorted(str(path.parent.relative_to(ROOT)) for path in (ROOT / "roles").glob("*/files/*/__init__.py"))
+    return ["src", "tests", "bench", "collections", *packages, *shipped]
 
 
 def in_parallel(*lanes: object) -> list[bool]:

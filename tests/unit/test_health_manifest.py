@@ -72,3 +72,15 @@ def test_the_settings_template_writes_every_setting(manifest: dict):
     written = dict(re.findall(r'^\s*"([a-z_]+)": node_health_([a-z_]+)\b', template, flags=re.M))
     assert set(written) == set(manifest["settings"])
     assert {key: var for key, var in written.items() if key != var} == {}
+
+
+def test_the_shipped_checker_is_the_bundle_of_its_package():
+    """The role ships one file; its source is the package by domain (roles/node_health/files/health_check)."""
+    done = subprocess.run(
+        [sys.executable, str(ROLE / "files" / "health_check" / "bundle.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,29 @@
+"""corectl-health-check: is this compute node fit to run jobs? (installed by the role node_health)
+
+Reads /etc/corectl/health.json (thresholds and expectations, written by the role) and runs the
+checks below in order, the most specific first: a lost GPU is reported as gpu-count, never as the
+ecc or xid failures it also causes. Each check passes, fails or is skipped, with a one-line message; a
+passing check that could not look at everything says so in its message ("warning: ...") without failing.
+
+  corectl-health-check                 one line per check, for people
+  corectl-health-check --json          {"node", "ok", "checks": [{"name", "status", "message"}]}
+  corectl-health-check --slurm         "<check>: <message>" of the first failure (for Slurm's
+                                       HealthCheckProgram, through /etc/corectl/health.d/10-corectl)
+  --config FILE  --level N (dcgmi diag level, 0 = off)  --only a,b  --check-config
+  corectl-health-check --list [--json]  the checks in order ([--json]: the manifest: each check's
+                                       settings, every setting's type and default)
+
+Exit status: 0 all checks pass or are skipped, 1 a check failed, 2 bad configuration or usage.
+Stdlib only (Python 3.10+); every command runs with a timeout. The same script runs against the
+stand-in tools of the tests and against real nvidia-smi, nv-fabricmanager, dcgmi and sysfs.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from .checks import main
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+sys.exit(main())

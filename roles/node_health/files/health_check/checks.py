@@ -1,0 +1,164 @@
+"""The checks in order, each registered once with its settings (the manifest), running them, and the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .core import DEFAULT_CONFIG, SETTINGS, STANDARD_PATH, CheckFailed, ConfigError, Node, Skip, load_config
+from .diagnostics import check_dcgm_diag
+from .fabric import check_fabric, check_fabricmanager, check_fm_version
+from .gpu import check_driver_version, check_ecc, check_gpu_count, check_persistence, check_temperature, check_throttle
+from .network import check_gpudirect, check_ib
+from .nvlink import check_nvlink
+from .services import check_clock, check_services
+from .storage import check_mounts
+from .xid import check_xid
+
+
+class Check(NamedTuple):
+    """One check as the manifest (`--list --json`) shows it: its name, and the settings it reads
+    besides the general ones (GENERAL_SETTINGS)."""
+
+    name: str
+    run: Callable[[Node], str]
+    settings: tuple[str, ...] = ()
+
+
+# Read by many checks: whether there are GPUs and NVSwitches to look at, and every command's timeout.
+GENERAL_SETTINGS = ("gpu_count", "nvswitch", "command_timeout_s")
+
+# The order matters: the first failure is what Slurm shows, so the most specific check comes first.
+# Every check and every setting is registered here once; the role's defaults, argument spec and
+# settings template, and corectl's health command, are held against this (tests/unit/test_health_manifest.py).
+CHECKS: list[Check] = [
+    Check("driver-version", check_driver_version, ("driver_version",)),
+    Check("gpu-count", check_gpu_count, ("gpu_model",)),
+    Check("fm-version", check_fm_version),
+    Check("fabricmanager", check_fabricmanager, ("fabricmanager_service",)),
+    Check("fabric", check_fabric),
+    Check("persistence", check_persistence, ("persistence",)),
+    Check("ecc", check_ecc, ("ecc_volatile_uncorrected_max",)),
+    Check("nvlink", check_nvlink, ("nvlink_links", "nvlink_error_max")),
+    Check("temperature", check_temperature, ("max_temperature",)),
+    Check("throttle", check_throttle, ("throttle_reasons",)),
+    Check("xid", check_xid, ("xid_window_s", "xid_ignore", "xid_command")),
+    Check("ib", check_ib, ("ib_sysfs_root", "ib_rate_gbps", "ib_ports")),
+    Check("gpudirect", check_gpudirect, ("gpudirect_module", "modules_file")),
+    Check("mounts", check_mounts, ("mounts",)),
+    Check("services", check_services, ("services",)),
+    Check("clock", check_clock, ("clock",)),
+    Check("dcgm-diag", check_dcgm_diag, ("dcgm_diag_level", "dcgm_diag_timeout_s")),
+]
+CHECK_NAMES = [check.name for check in CHECKS]
+
+
+def type_name(kind: Any) -> str:
+    """A setting's JSON type as the manifest names it: int, str, bool, list, or "list|str"."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return "|".join(k.__name__ for k in kinds)
+
+
+def manifest() -> dict[str, Any]:
+    """The checks in order with the settings each reads, and every setting's type and default."""
+    return {
+        "checks": [{"name": check.name, "settings": list(check.settings)} for check in CHECKS],
+        "general_settings": list(GENERAL_SETTINGS),
+        "settings": {key: {"type": type_name(kind), "default": default} for key, (kind, default) in SETTINGS.items()},
+    }
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def run_checks(config: dict[str, Any], only: list[str] | None = None) -> list[dict[str, str]]:
+    node = Node(config)
+    results = []
+    for check in CHECKS:
+        name = check.name
+        if only is not None and name not in only:
+            continue
+        started = time.monotonic()
+        try:
+            status, message = "pass", check.run(node)
+        except Skip as exc:
+            status, message = "skip", str(exc)
+        except CheckFailed as exc:
+            status, message = "fail", str(exc)
+        except Exception as exc:  # a bug or an unexpected format must still name the check
+            status, message = "fail", f"check error: {type(exc).__name__}: {exc}"
+        results.append(
+            {
+                "name": name,
+                "status": status,
+                "message": one_line(message),
+                "seconds": round(time.monotonic() - started, 3),
+            }
+        )
+    return results
+
+
+def with_standard_path() -> None:
+    """Slurm runs the health check with a minimal environment: make sure the tools are found."""
+    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    os.environ["PATH"] = os.pathsep.join(parts + [p for p in STANDARD_PATH if p not in parts])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="corectl-health-check", description="Node health checks of corectl.")
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"settings (default {DEFAULT_CONFIG})")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--json", action="store_true", help="machine-readable result")
+    mode.add_argument("--slurm", action="store_true", help="print '<check>: <message>' of the first failure")
+    parser.add_argument("--level", type=int, choices=(0, 1, 2, 3), help="dcgmi diag level (0 = off)")
+    parser.add_argument("--only", help=f"comma-separated checks: {','.join(CHECK_NAMES)}")
+    parser.add_argument(
+        "--list", action="store_true", help="list the checks in order and exit (with --json: the manifest)"
+    )
+    parser.add_argument("--check-config", action="store_true", help="only validate the settings file")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        print(json.dumps(manifest(), indent=2) if args.json else "\n".join(CHECK_NAMES))
+        return 0
+    only = None
+    if args.only:
+        only = [name.strip() for name in args.only.split(",") if name.strip()]
+        unknown = [name for name in only if name not in CHECK_NAMES]
+        if unknown:
+            print(f"corectl-health-check: unknown checks: {', '.join(unknown)}", file=sys.stderr)
+            return 2
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"corectl-health-check: {exc}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        return 0
+    if args.level is not None:
+        config["dcgm_diag_level"] = args.level
+    with_standard_path()
+    results = run_checks(config, only)
+    ok = all(r["status"] != "fail" for r in results)
+    if args.json:
+        node = socket.gethostname().split(".")[0]
+        print(json.dumps({"node": node, "ok": ok, "checks": results}, indent=2))
+    elif args.slurm:
+        failed = next((r for r in results if r["status"] == "fail"), None)
+        if failed:
+            print(f"{failed['name']}: {failed['message']}")
+    else:
+        width = max(len(name) for name in CHECK_NAMES)
+        for r in results:
+            print(f"{r['status'].upper():4}  {r['name']:<{width}}  {r['message']}")
+    return 0 if ok else 1
