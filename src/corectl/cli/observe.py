@@ -9,7 +9,7 @@ import typer
 
 from corectl.cli import policy
 from corectl.cli.app import app, err, out
-from corectl.cli.options import InventoryOpt, JsonOpt, LimitOpt
+from corectl.cli.options import InventoryOpt, JsonOpt, LastOpt, LimitOpt
 
 
 @app.command()
@@ -51,7 +51,7 @@ def status(inventory: InventoryOpt = None) -> None:
 def node_history(
     node: Annotated[str, typer.Argument(help="a node of the site, e.g. dgx07")],
     inventory: InventoryOpt = None,
-    last: Annotated[int, typer.Option("--last", min=1, help="how many verdicts and actions to show")] = 20,
+    last: LastOpt = 20,
 ) -> None:
     """A node's health verdicts and remediation actions, newest first (every corectl health adds one)."""
     from corectl.commands.failures import history_view

@@ -7,18 +7,20 @@ from typing import Annotated, Any
 
 import typer
 
-InventoryOpt = Annotated[
-    str | None,
-    typer.Option(
+
+def inventory(default: str) -> Any:
+    """``--inventory SITE``, for commands whose default site is ``default`` (said in the help)."""
+    return typer.Option(
         "--inventory",
         "-i",
         metavar="SITE",
-        help="site name under inventories/, or a path to a site directory "
-        "(default: $CORECTL_INVENTORY, else the only site besides the lab)",
+        help=f"site name under inventories/, or a path to a site directory (default: {default})",
         show_default=False,
-    ),
-]
-LabInventoryOpt = Annotated[str, typer.Option("--inventory", "-i", help="lab site name or directory")]
+    )
+
+
+InventoryOpt = Annotated[str | None, inventory("$CORECTL_INVENTORY, else the only site besides the lab")]
+LabInventoryOpt = Annotated[str, inventory("lab")]
 WaitOpt = Annotated[
     float,
     typer.Option(
@@ -36,6 +38,7 @@ LimitOpt = Annotated[
 ]
 TagsOpt = Annotated[str | None, typer.Option("--tags", "-t", metavar="TAGS", help="only tasks with these tags")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+LastOpt = Annotated[int, typer.Option("--last", min=1, help="how many to show, newest first")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="accept new host keys without asking")]
 PasswordEnvOpt = Annotated[
     str | None, typer.Option(help="read the login (and sudo) password from this environment variable")

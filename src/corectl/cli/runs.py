@@ -9,7 +9,17 @@ import typer
 
 from corectl.cli import policy
 from corectl.cli.app import app, out, runners_app, upgrade_app
-from corectl.cli.options import InventoryOpt, KeyOpt, LimitOpt, PasswordEnvOpt, TagsOpt, WaitOpt, YesOpt, seconds
+from corectl.cli.options import (
+    InventoryOpt,
+    KeyOpt,
+    LastOpt,
+    LimitOpt,
+    PasswordEnvOpt,
+    TagsOpt,
+    WaitOpt,
+    YesOpt,
+    seconds,
+)
 
 
 @app.command()
@@ -88,7 +98,7 @@ def runners_bootstrap(inventory: InventoryOpt = None) -> None:
 @app.command()
 def runs(
     inventory: InventoryOpt = None,
-    last: Annotated[int, typer.Option(help="how many runs to list")] = 20,
+    last: LastOpt = 20,
     show: Annotated[
         str | None, typer.Option("--show", help="what one run changed, per host and task: a run id, a prefix, or last")
     ] = None,
