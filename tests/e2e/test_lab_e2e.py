@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
@@ -825,10 +826,18 @@ def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path):
     failed = json.loads(docker_exec(DGX1, "sh", "-c", without))
     assert [(c["name"], c["status"]) for c in failed["checks"]] == [("gpudirect", "fail")], failed
     assert "nvidia_peermem not loaded" in failed["checks"][0]["message"], failed
-    # the site's NCCL settings: in the file NCCL reads in a bare job, and in the environment of a
-    # task in a pyxis container (enroot's environ.d; the node's /etc is not inside the container)
-    bare = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "cat", "/etc/nccl.conf")
+    # the site's NCCL settings: in the environment of a bare job (corectl_job_env, the pyxis role's
+    # SPANK plugin), a value the user set winning; in NCCL's own file for processes started outside
+    # Slurm; and in the environment of a task in a pyxis container (enroot's environ.d; the node's
+    # /etc is not inside the container)
+    job_env = ["sh", "-c", "env | grep ^NCCL_ | sort"]
+    bare = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", *job_env)
     assert bare.split() == NCCL, bare
+    mine = docker_exec(
+        HEAD, "runuser", "-u", "alice", "--", "env", "NCCL_SOCKET_IFNAME=ib0", "srun", "--nodelist=e2e-dgx01", *job_env
+    )  # fmt: skip
+    assert mine.split() == [*NCCL[:-1], "NCCL_SOCKET_IFNAME=ib0"], mine
+    assert docker_exec(DGX1, "cat", "/etc/nccl.conf").split() == NCCL
     printenv = ["sh", "-c", "env | grep ^NCCL_ | sort; test ! -e /etc/nccl.conf"]
     inside = docker_exec(
         HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx02", f"--container-image={CONTAINER_IMAGE}",
@@ -836,6 +845,13 @@ def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path):
     )  # fmt: skip
     assert inside.split() == NCCL, inside
     assert docker_exec(DGX2, "cat", "/etc/enroot/environ.d/50-corectl-nccl.env").split() == NCCL
+    # in a container the site's value wins unless the user names hers with pyxis's --container-env
+    container = ["srun", "--nodelist=e2e-dgx02", f"--container-image={CONTAINER_IMAGE}", *printenv]
+    site_wins = docker_exec(HEAD, "runuser", "-u", "alice", "--", "env", "NCCL_SOCKET_IFNAME=ib0", *container)
+    assert site_wins.split() == NCCL, site_wins
+    container.insert(1, "--container-env=NCCL_SOCKET_IFNAME")
+    mine = docker_exec(HEAD, "runuser", "-u", "alice", "--", "env", "NCCL_SOCKET_IFNAME=ib0", *container)
+    assert mine.split() == [*NCCL[:-1], "NCCL_SOCKET_IFNAME=ib0"], mine
 
 
 def test_drain_and_resume(lab: Path):
@@ -1295,7 +1311,6 @@ THROUGH_JOB = (
     "until sinfo -h -N -n e2e-dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done; "
     "until ! sinfo -h -N -n e2e-dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done"
 )
-LIFECYCLE: dict[str, str] = {}  # the job id, from the add-node test to the remove-node test
 
 
 def assert_provision_changes_nothing(lab: Path, hosts: set[str]) -> None:
@@ -1309,27 +1324,48 @@ def assert_provision_changes_nothing(lab: Path, hosts: set[str]) -> None:
     assert changed == {}, (changed, result.stdout)
 
 
-def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, monkeypatch: pytest.MonkeyPatch):
+@dataclass(frozen=True)
+class AddedNode:
+    """What adding e2e-dgx03 printed and what was there before it."""
+
+    job: str  # a job on e2e-dgx01 that runs through add-node and remove-node
+    slurmd_before: list[str]  # the existing compute nodes' slurmd start times
+    lab_add: str  # corectl lab add's output
+    known_before: str  # known_hosts before
+    add_node: str  # corectl add-node's output
+
+
+@pytest.fixture(scope="module")
+def added_node(lab: Path) -> AddedNode:
+    """e2e-dgx03, a fresh machine (no corectl key, host key unknown, an admin user with a password
+    and sudo), added with corectl add-node (bootstrap included) while a job runs on e2e-dgx01; the
+    add-node test checks what that did, the remove-node test removes the node."""
     args = ["--inventory", str(lab)]
-    existing = ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"]
-    before = [slurmd_started(c) for c in existing]
-    LIFECYCLE["job"] = docker_exec(
+    before = [slurmd_started(c) for c in ("corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02")]
+    job = docker_exec(
         HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx01", "--ntasks=1",
         "--mem=64", "--time=30", "--chdir=/tmp", "--output=/dev/null", "--wrap", THROUGH_JOB,
     ).strip()  # fmt: skip
-    # a fresh machine: no corectl key, host key unknown, an admin user with a password and sudo
     started = corectl("lab", "add", *args, "--bare").stdout
-    assert "e2e-dgx03" in started and f"127.0.0.1:{PORT_BASE + 3}" in started
-    endpoint = f"[127.0.0.1]:{PORT_BASE + 3} "
-    assert endpoint not in (lab / "known_hosts").read_text()
-    monkeypatch.setenv("E2E_ADMIN_PASSWORD", (lab / ".lab" / "e2e-dgx03.password").read_text().strip())
-    # the vault password from the environment too, as an operator may give it (it must not be kept)
-    monkeypatch.setenv("CORECTL_VAULT_PASSWORD", (lab / ".vault-pass").read_text().strip())
+    known = (lab / "known_hosts").read_text()
     options = ["--address", "172.29.210.13", "--profile", "dgx-standin", "--leaf", "leaf1"]
     options += ["--ssh-host", "127.0.0.1", "--ssh-port", str(PORT_BASE + 3)]
     options += ["--bootstrap-user", "dgxadmin", "--password-env", "E2E_ADMIN_PASSWORD", "--yes"]
-    added = corectl("add-node", "e2e-dgx03", *args, *options)
-    assert "host key ssh-ed25519 SHA256:" in added.stdout
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("E2E_ADMIN_PASSWORD", (lab / ".lab" / "e2e-dgx03.password").read_text().strip())
+        # the vault password from the environment too, as an operator may give it (it must not be kept)
+        env.setenv("CORECTL_VAULT_PASSWORD", (lab / ".vault-pass").read_text().strip())
+        added = corectl("add-node", "e2e-dgx03", *args, *options).stdout
+    return AddedNode(job=job, slurmd_before=before, lab_add=started, known_before=known, add_node=added)
+
+
+def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, added_node: AddedNode):
+    args = ["--inventory", str(lab)]
+    existing = ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"]
+    assert "e2e-dgx03" in added_node.lab_add and f"127.0.0.1:{PORT_BASE + 3}" in added_node.lab_add
+    endpoint = f"[127.0.0.1]:{PORT_BASE + 3} "
+    assert endpoint not in added_node.known_before
+    assert "host key ssh-ed25519 SHA256:" in added_node.add_node
     assert endpoint in (lab / "known_hosts").read_text()
     # bootstrap again, now with corectl's key: everything is already there
     again = corectl("bootstrap", *args, "e2e-dgx03", "--key", str(lab / ".lab" / "id_ed25519"), "--yes").stdout
@@ -1353,8 +1389,9 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, mon
     assert set(config_run["hosts"]) == {"e2e-head01"}
     assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {"e2e-dgx01": 2, "e2e-dgx02": 2}
     assert set(node_run["hosts"]) == {"e2e-dgx03"}
-    assert all(now != then for now, then in zip([slurmd_started(c) for c in existing], before, strict=True))
-    state = docker_exec(HEAD, "squeue", "--noheader", "--job", LIFECYCLE["job"], "--format", "%T").strip()
+    now = [slurmd_started(c) for c in existing]
+    assert all(now != then for now, then in zip(now, added_node.slurmd_before, strict=True))
+    state = docker_exec(HEAD, "squeue", "--noheader", "--job", added_node.job, "--format", "%T").strip()
     assert state == "RUNNING"
     # declared, scheduled, monitored
     assert "e2e-dgx03" in (lab / "cluster.yml").read_text()
@@ -1373,7 +1410,9 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, mon
     assert_provision_changes_nothing(lab, {"e2e-head01", *all_three})
 
 
-def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_consistent(lab: Path):
+def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_consistent(
+    lab: Path, added_node: AddedNode
+):
     job = submit_gated_job("e2e-dgx03")  # runs until remove-node drains the node
     corectl("remove-node", "e2e-dgx03", "--inventory", str(lab))
     drain_run = next(r for r in reversed(runs(lab)) if r["command"] == "remove-node e2e-dgx03 (drain)")
@@ -1397,7 +1436,7 @@ def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_
     slurmd_run = next(r for r in reversed(runs(lab)) if r["command"] == "remove-node e2e-dgx03 (slurmd)")
     assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {"e2e-dgx01": 2, "e2e-dgx02": 2}
     # ... and the job that ran on dgx01 through add-node and remove-node completed
-    through = wait_for(lambda: job_end(LIFECYCLE["job"]), lambda end: end[0] != "RUNNING", 60)
+    through = wait_for(lambda: job_end(added_node.job), lambda end: end[0] != "RUNNING", 60)
     assert through[:2] == ("COMPLETED", "0:0"), through
     # remove-node left nothing for the next run
     assert_provision_changes_nothing(lab, {"e2e-head01", "e2e-dgx01", "e2e-dgx02"})

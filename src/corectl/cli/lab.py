@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from corectl.cli import policy
+from corectl.cli import options, policy
 from corectl.cli.app import lab_app, out
 from corectl.cli.options import LabInventoryOpt, WaitOpt
 from corectl.errors import CorectlError
@@ -87,7 +87,7 @@ def lab_add(
 def lab_repo(
     name: Annotated[str, typer.Option(help="container name")],
     network: Annotated[str, typer.Option(help="docker network to serve on")] = "",
-    address: Annotated[str, typer.Option(help="the server's address on that network")] = "",
+    address: Annotated[str, options.address("the server's address on that network")] = "",
     stop: Annotated[bool, typer.Option("--stop", help="remove the server instead")] = False,
 ) -> None:
     """Serve the stand-in package repository (tests/standin) on a test network; print its URL."""

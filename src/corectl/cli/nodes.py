@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from corectl.cli import policy
+from corectl.cli import options, policy
 from corectl.cli.app import app, out
 from corectl.cli.options import InventoryOpt, NodesArg, PasswordEnvOpt, WaitOpt, YesOpt, seconds
 from corectl.errors import CorectlError
@@ -44,7 +44,7 @@ def resume(nodes: NodesArg, inventory: InventoryOpt = None, wait: WaitOpt = 0) -
 def add_node(
     node: Annotated[str, typer.Argument(help="the new compute node's name, e.g. dgx13")],
     inventory: InventoryOpt = None,
-    address: Annotated[str | None, typer.Option(help="its address (when cluster.yml does not declare it yet)")] = None,
+    address: Annotated[str | None, options.address("its address (when cluster.yml does not declare it yet)")] = None,
     profile: Annotated[str | None, typer.Option(help="its hardware profile (idem)")] = None,
     leaf: Annotated[str | None, typer.Option(help="its leaf switch (idem)")] = None,
     rack: Annotated[str | None, typer.Option(help="its rack (idem)")] = None,

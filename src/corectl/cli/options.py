@@ -52,3 +52,18 @@ def seconds(help: str, *, minimum: int) -> Any:
 
 
 KeyOpt = Annotated[Path | None, typer.Option(help="log in with this existing private key instead")]
+
+
+def check(help: str) -> Any:
+    """``--check``: change nothing, only say what would change; what is said is the command's."""
+    return typer.Option("--check", help=f"change nothing: {help}")
+
+
+def login_user(help: str) -> Any:
+    """``--user NAME``: the user corectl logs in as; where to is the command's."""
+    return typer.Option("--user", metavar="NAME", help=help)
+
+
+def address(help: str) -> Any:
+    """``--address IP``: the address of what the command adds or serves."""
+    return typer.Option("--address", metavar="IP", help=help)

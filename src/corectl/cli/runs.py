@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from corectl.cli import policy
+from corectl.cli import options, policy
 from corectl.cli.app import app, out, runners_app, upgrade_app
 from corectl.cli.options import (
     InventoryOpt,
@@ -27,7 +27,7 @@ def provision(
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     tags: TagsOpt = None,
-    check: Annotated[bool, typer.Option("--check", help="dry run: change nothing")] = False,
+    check: Annotated[bool, options.check("a dry run (Ansible's check mode)")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="show the changes to files")] = False,
     wait: WaitOpt = 0,
     local: Annotated[
@@ -55,7 +55,7 @@ def plan(inventory: InventoryOpt = None, limit: LimitOpt = None, tags: TagsOpt =
 def bootstrap(
     inventory: InventoryOpt = None,
     nodes: Annotated[list[str] | None, typer.Argument(help="nodes (default: every node of the site)")] = None,
-    user: Annotated[str, typer.Option(help="user for the first login (root, or an admin user with sudo)")] = "root",
+    user: Annotated[str, options.login_user("user for the first login (root, or an admin user with sudo)")] = "root",
     password_env: PasswordEnvOpt = None,
     key: KeyOpt = None,
     yes: YesOpt = False,

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from corectl.cli import policy
+from corectl.cli import options, policy
 from corectl.cli.app import app, out, secrets_app
 from corectl.cli.options import InventoryOpt, WaitOpt
 
@@ -41,7 +41,7 @@ def validate(inventory: InventoryOpt = None) -> None:
 @app.command()
 def render(
     inventory: InventoryOpt = None,
-    check: Annotated[bool, typer.Option("--check", help="exit 1 if a rendered file is stale, writing nothing")] = False,
+    check: Annotated[bool, options.check("exit 1 if a rendered file is stale")] = False,
     wait: WaitOpt = 0,
 ) -> None:
     """Write inventories/<site>/hosts.yml, nodes.json, switches.json and site.json from cluster.yml (deterministic)."""
@@ -99,7 +99,7 @@ def secrets_set_ceph_key(
 
 @secrets_app.command("set-bmc")
 def secrets_set_bmc(
-    user: Annotated[str, typer.Option("--user", help="the BMC user corectl logs in as")],
+    user: Annotated[str, options.login_user("the BMC user corectl logs in as")],
     inventory: InventoryOpt = None,
     wait: WaitOpt = 0,
 ) -> None:
