@@ -376,13 +376,19 @@ def make_container_image() -> None:
     assert copied.wait() == 0
 
 
-def test_a_container_job_runs_through_pyxis_and_enroot(lab: Path):
+@pytest.fixture(scope="module")
+def container_image(lab: Path) -> str:
+    """The test image (Debian's base system, squashed) on both GPU nodes, made once."""
+    make_container_image()
+    return CONTAINER_IMAGE
+
+
+def test_a_container_job_runs_through_pyxis_and_enroot(lab: Path, container_image: str):
     """The real pyxis (built by the role from its release archive) and the real enroot (release
     .debs built from upstream source): `srun --container-image` on both GPU nodes runs the task in
     the image, as the submitting user, with the user's home and the job's GPUs (through enroot's
     nvidia hook and the stand-in nvidia-container-cli), in the job's cgroup; the container is
     removed when the step ends."""
-    make_container_image()
     for container in (DGX1, DGX2):
         docker_exec(container, "sh", "-c", "rm -f /home/alice/pyxis-*")
     job = subprocess.Popen(
@@ -796,7 +802,7 @@ def test_the_accounting_database_converges_to_cluster_yml(lab: Path):
 NCCL = ["NCCL_IB_GID_INDEX=3", f"NCCL_IB_HCA={','.join(f'mlx5_{i}' for i in range(8))}", "NCCL_SOCKET_IFNAME=eth0"]
 
 
-def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path):
+def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path, container_image: str):
     packages = ["rdma-core", "ibverbs-utils", "infiniband-diags"]
     states = "dpkg-query -W -f='${db:Status-Status}\\n' " + " ".join(packages) + " 2>/dev/null; true"
     for container in (DGX1, DGX2):
