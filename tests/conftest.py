@@ -24,6 +24,14 @@ CHECKER_TOOLS = {
 STANDIN_DRIVER = "580.95.05"  # the driver the simulated nodes of the host-side tests run
 
 
+def xid_catalog() -> dict[str, list[str]]:
+    """NVIDIA's Xid catalog as the site ships it (group_vars/all/xid.yml), as health.json holds it."""
+    import yaml
+
+    table = yaml.safe_load((ROOT / "group_vars" / "all" / "xid.yml").read_text())["node_health_xid_catalog"]
+    return {str(xid): actions for xid, actions in table.items()}
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

@@ -77,9 +77,27 @@ def set_state(site: Site, console: Console, nodes: str, state: str, reason: str 
     names = compute_names(site, cluster, nodes)
     if state == "drain" and not (reason and reason.strip()):
         raise CorectlError("a drain needs --reason (Slurm shows it to users and operators)", exit_code=2)
-    result = state_run(site, cluster, console, names, state, reason)
+    with tempfile.TemporaryDirectory(prefix="corectl-cleared-") as tmp:
+        cleared = Path(tmp) if state == "resume" else None
+        result = state_run(site, cluster, console, names, state, reason, cleared=cleared)
+        for line in cleared_lines(cleared) if cleared else []:
+            console.print(line, markup=False, highlight=False)
     console.print(summary_table(result))
     return result
+
+
+def cleared_lines(directory: Path) -> list[str]:
+    """What corectl resume ended on each node (the health check's kept failures): one line each."""
+    lines = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            records = json.loads(path.read_text())["cleared"]
+        except (OSError, ValueError, KeyError, TypeError):
+            lines.append(f"{path.stem}: could not read what was cleared")
+            continue
+        for record in records:
+            lines.append(f"{path.stem}: cleared {record.get('check', '?')}: {record.get('message', '')}")
+    return lines
 
 
 def state_run(
@@ -90,11 +108,17 @@ def state_run(
     state: str,
     reason: str | None = None,
     only_reason: str | None = None,
+    cleared: Path | None = None,
 ) -> RunResult:
     """Drain (with ``reason``) or resume ``names`` on the controller; ``only_reason``: resume only
-    nodes whose reason starts with it."""
+    nodes whose reason starts with it; ``cleared``: first end the failures the health check keeps
+    on each node (an operator's resume), writing what was ended there as <node>.json."""
     controller = cluster.with_role("slurm_controller")[0].name
     extravars = {"corectl_state_nodes": hostlist.compress(names), "corectl_state": state}
+    hosts = [controller]
+    if cleared is not None:
+        extravars |= {"corectl_state_clear": ",".join(names), "corectl_state_cleared_out": str(cleared)}
+        hosts += [name for name in names if name != controller]
     if reason:
         extravars["corectl_state_reason"] = reason.strip()
     if only_reason:
@@ -103,10 +127,10 @@ def state_run(
         site=site,
         playbook="node-state.yml",
         command=f"{state} {hostlist.compress(names)}",
-        limit=controller,
+        limit=",".join(hosts),
         extravars=extravars,
         secrets=False,
-        fan_out=False,  # one host's work, on the controller
+        fan_out=False,  # the controller's work (and one command on each node being resumed)
     )
     with LiveProgress(console, f"{state} {site.name}") as progress:
         return ansible.run(request, progress)

@@ -932,7 +932,8 @@ SHARED_CLEAR = "gpu-sim clear"
 FAULTS = {
     "gpu-count": ("gpu-sim fault lost-gpu --gpu 3", SHARED_CLEAR),
     "ecc": ("gpu-sim fault ecc --gpu 1", SHARED_CLEAR),
-    "xid": ("gpu-sim fault xid --gpu 2", SHARED_CLEAR),
+    # a hardware Xid is kept on the node until heal or an operator ends it (corectl resume does this)
+    "xid": ("gpu-sim fault xid --gpu 2", f"{SHARED_CLEAR} && corectl-health-check --clear-sticky 'e2e: cleared'"),
     "nvlink": ("gpu-sim fault nvlink-down --gpu 0", SHARED_CLEAR),
     "fabricmanager": ("systemctl stop nvidia-fabricmanager", "systemctl start nvidia-fabricmanager"),
     "fm-version": (
@@ -1030,6 +1031,68 @@ def test_slurm_health_interval_drains_and_resumes(lab: Path):
     finally:
         docker_exec(DGX1, "sh", "-c", clear)
     assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+
+
+def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_reboot(lab: Path):
+    """Issue 33: an Xid the catalog calls hardware (119, RESET_GPU) drains the node, and Slurm's own health
+    program keeps it drained after the Xid has left the kernel log window (10 s here) and after a reboot; an
+    application Xid (13) and an IGNORE one (63) drain nothing; corectl resume ends it and says what it ended."""
+    config, kept, marker, seen = (
+        "/etc/corectl/health.json",
+        "/root/health.json.e2e",
+        "/etc/corectl/health.d/00-e2e",
+        "/run/e2e-hook-ran",
+    )
+    shorten = (
+        f"import json; c = json.load(open('{config}')); c['xid_window_s'] = 10; json.dump(c, open('{config}', 'w'))"
+    )
+    docker_exec(DGX2, "cp", "-p", config, kept)
+    docker_exec(DGX2, "python3", "-c", shorten)
+
+    def slurm_ran_the_hook() -> None:
+        """Wait for slurmd's own next run of the health program (a first script in its directory notes it)."""
+        docker_exec(DGX2, "rm", "-f", seen)
+        assert wait_for(lambda: docker_exec(DGX2, "cat", seen, check=False), bool, 120), "slurmd ran no health check"
+
+    try:
+        docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "1", "--xid", "13")
+        docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "1", "--xid", "63")
+        assert run_hook(DGX2) == 0, hook_output(DGX2)
+        assert slurm_reason("e2e-dgx02") == "idle|none"
+        docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "3", "--xid", "119")
+        drain_by_health(DGX2, "e2e-dgx02", "xid")
+        reason = slurm_reason("e2e-dgx02")
+        assert reason.startswith("drain|corectl-health: xid: XID 119 on PCI:0000:"), reason
+        assert "RESET_GPU" in reason, reason
+        # the Xid leaves the window; slurmd's own run of the health program keeps the node drained
+        assert (
+            wait_for(lambda: docker_exec(DGX2, "gpu-sim", "kernel-log", "--since", "10"), lambda log: log == "", 60)
+            == ""
+        )
+        docker_exec(DGX2, "sh", "-c", f"printf '#!/bin/sh\\ndate +%s > {seen}\\n' > {marker} && chmod 0755 {marker}")
+        slurm_ran_the_hook()
+        assert slurm_reason("e2e-dgx02") == reason
+        # a reboot: the kernel log starts anew (gpu-sim-boot.service); the record does not
+        before = booted_at(DGX2)
+        subprocess.run(["docker", "restart", DGX2], check=True, capture_output=True)
+        assert booted_at(DGX2) != before
+        assert docker_exec(DGX2, "gpu-sim", "kernel-log") == ""
+        # once the node is up (its Fabric Manager done), the program names the kept Xid again; slurmd runs it
+        slurm_said = wait_for(lambda: hook_output(DGX2), lambda out: "xid: XID 119 on PCI:" in out, 120)
+        assert "exit 1" in slurm_said, slurm_said
+        slurm_ran_the_hook()
+        assert slurm_reason("e2e-dgx02") == reason
+        # the operator ends it, and is told what ended
+        resumed = corectl("resume", "e2e-dgx02", "--inventory", str(lab)).stdout
+        assert "e2e-dgx02: cleared xid: XID 119 on PCI:0000:" in resumed, resumed
+        assert run_hook(DGX2) == 0, hook_output(DGX2)
+        assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
+    finally:
+        docker_exec(DGX2, "rm", "-f", marker)
+        docker_exec(DGX2, "cp", "-p", kept, config)
+        docker_exec(
+            DGX2, "sh", "-c", "gpu-sim clear xid && corectl-health-check --clear-sticky 'e2e: cleanup' >/dev/null"
+        )
 
 
 def test_failure_history_names_the_repeat_offenders(lab: Path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from conftest import CHECKER, CHECKER_TOOLS, ROOT, SAMPLES, STANDIN, STANDIN_DRIVER
+from conftest import CHECKER, CHECKER_TOOLS, ROOT, SAMPLES, STANDIN, STANDIN_DRIVER, xid_catalog
 from corectl.health.report import CHECK_ORDER as REPORT_ORDER
 
 TOOLS = CHECKER_TOOLS
@@ -121,7 +121,8 @@ class SimNode:
             "throttle_reasons": ["HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown"],
             "ecc_volatile_uncorrected_max": 0,
             "xid_window_s": 3600,
-            "xid_ignore": [13, 31, 43, 45],
+            "xid_catalog": xid_catalog(),
+            "xid_classes": {},
             "xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
             "nvlink_links": 18,
             "nvlink_error_max": 100,
@@ -135,6 +136,7 @@ class SimNode:
             "clock": True,
             "dcgm_diag_level": 0,
             "command_timeout_s": 30,
+            "state_dir": str(root / "state"),
         }
         self.procs: list[subprocess.Popen] = []
 
@@ -332,18 +334,50 @@ def test_clearing_the_fault_passes_again(node: SimNode):
     assert node.check("--slurm").returncode == 0
 
 
-def test_application_xids_and_old_xids_are_ignored(node: SimNode):
+def test_application_xids_are_reported_and_old_xids_ignored(node: SimNode):
     node.sim("fault", "xid", "--gpu", "1", "--xid", "13")
     node.sim("fault", "xid", "--gpu", "2", "--xid", "31")
     old = {"xid": 48, "time": int(time.time()) - 7200, "message": "Double Bit ECC Error"}
     node.sim("set", "gpus.3.xid_events", json.dumps([old]))
     rc, report = node.report("--only", "xid")
     assert rc == 0, report
-    assert message(report, "xid") == "no XID errors in the last 3600 s, ignoring 13, 31, 43, 45"
+    assert message(report, "xid") == (
+        "warning: application errors, not drained: XID 13 on PCI:0000:2a:00; XID 31 on PCI:0000:3a:00 (last 3600 s)"
+    )
     node.config["xid_window_s"] = 3 * 3600
     rc, report = node.report("--only", "xid")
     assert rc == 1
-    assert message(report, "xid") == "XID 48 on PCI:0000:5d:00: Double Bit ECC Error."
+    assert message(report, "xid").startswith(
+        "XID 48 on PCI:0000:5d:00: Double Bit ECC Error. [NVIDIA: WORKFLOW_XID_48, then WORKFLOW_XID_48; kept since "
+    )
+
+
+def test_a_hardware_xid_stays_through_a_reboot_until_cleared(node: SimNode):
+    """What Slurm's health program reads: an Xid 119 drains; a reboot (a new, empty kernel log) and the window
+    passing change nothing; heal or an operator (--clear-sticky) ends it and says what it ended."""
+    node.sim("fault", "xid", "--gpu", "4", "--xid", "119")
+    first = node.check("--slurm")
+    assert first.returncode == 1
+    assert first.stdout.startswith("xid: XID 119 on PCI:0000:9a:00: Timeout after 6s of waiting for RPC response")
+    assert "[NVIDIA: RESET_GPU, then INVESTIGATE_SW; kept since " in first.stdout
+    node.sim("boot")  # the stand-in's reboot: the kernel log starts anew
+    assert node.tool("gpu-sim", "kernel-log").stdout == ""
+    # (after a boot the stand-in's Fabric Manager has yet to train the fabric: only the xid check is asked)
+    assert node.check("--slurm", "--only", "xid").stdout == first.stdout
+    node.config["xid_window_s"] = 1
+    assert node.check("--slurm", "--only", "xid").stdout == first.stdout
+    cleared = node.check("--clear-sticky", "corectl resume")
+    assert cleared.returncode == 0
+    assert cleared.stdout.startswith("cleared xid: XID 119 on PCI:0000:9a:00: Timeout after 6s")
+    assert node.check("--slurm", "--only", "xid").returncode == 0
+    assert node.check("--clear-sticky", "again", "--json").stdout.count('"cleared": []') == 1
+
+
+def test_an_unknown_xid_class_is_refused(node: SimNode):
+    node.config["xid_classes"] = {"13": "harmless"}
+    done = node.check("--check-config")
+    assert done.returncode == 2
+    assert 'xid_classes.13: unknown class "harmless" (known: ignore, application, hardware)' in done.stderr
 
 
 def test_gpu_off_the_bus_with_and_without_its_xid(node: SimNode, tmp_path: Path):
@@ -353,16 +387,19 @@ def test_gpu_off_the_bus_with_and_without_its_xid(node: SimNode, tmp_path: Path)
     log.write_text(fallen)
     node.config["xid_command"] = ["cat", str(log)]
     slurm = node.check("--slurm", "--only", "xid")
-    assert (slurm.returncode, slurm.stdout) == (
-        1,
+    assert slurm.returncode == 1
+    assert slurm.stdout.startswith(
         "xid: GPU on PCI:0000:18:00 has fallen off the bus and is not responding to commands (PCI ID 10de:26b5); "
-        "no Xid 79 logged for it\n",
+        "no Xid 79 logged for it [NVIDIA: RESTART_BM, then CONTACT_SUPPORT; kept since "
     )
-    # GPU 0 of the stand-in is on bus 18: with its Xid 79 in the same log the GPU is reported once, as the Xid
+    # GPU 0 of the stand-in is on bus 18: with its Xid 79 in the same log (kept failures ended first) the GPU is
+    # reported once, as the Xid
+    assert node.check("--clear-sticky", "test").returncode == 0
     node.sim("fault", "xid", "--gpu", "0", "--xid", "79")
     log.write_text(node.tool("gpu-sim", "kernel-log").stdout + fallen)
     slurm = node.check("--slurm", "--only", "xid")
-    assert slurm.stdout == "xid: XID 79 on PCI:0000:18:00: GPU has fallen off the bus.\n"
+    assert slurm.stdout.startswith("xid: XID 79 on PCI:0000:18:00: GPU has fallen off the bus. [NVIDIA: RESTART_BM")
+    assert "more kept" not in slurm.stdout
 
 
 def test_kernel_log_is_the_kernel_format(node: SimNode):

@@ -23,6 +23,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from types import ModuleType
 import pytest
 
 # the stand-in tools and the checker, as the checker's own tests run them
-from conftest import CHECKER, ROOT, SAMPLES, STANDIN
+from conftest import CHECKER, ROOT, SAMPLES, STANDIN, xid_catalog
 from conftest import CHECKER_TOOLS as TOOLS
 from conftest import STANDIN_DRIVER as DRIVER
 
@@ -57,6 +58,8 @@ class CannedNode(hc.Node):
 
     def __init__(self, outputs: dict[tuple[str, ...], str], driver: str | None = None, **settings: object) -> None:
         config = json.loads(json.dumps({key: default for key, (_kind, default) in hc.SETTINGS.items()}))
+        # the shipped catalog, and failures kept in a directory of this node's own
+        config.update(xid_catalog=xid_catalog(), state_dir=tempfile.mkdtemp(prefix="corectl-sticky-"))
         config.update(settings)
         super().__init__(config)
         self.outputs = outputs
@@ -255,18 +258,81 @@ def test_xid_119_storm_on_a_real_h100_node():
     )
 
 
-@pytest.mark.parametrize(
-    ("name", "message"),
-    [
-        ("dmesg-xid-79.akash-support-209.log", "XID 79 on PCI:0000:a1:00: GPU has fallen off the bus."),
-        ("dmesg-xid.akash-support-244.log", "XID 94 on PCI:0000:00:08: Contained: SM (0x1). RST: No, D-RST: No"),
-    ],
+FALLEN_79 = (
+    "XID 79 on PCI:0000:a1:00: GPU has fallen off the bus. [NVIDIA: RESTART_BM, then CONTACT_SUPPORT; kept since "
 )
-def test_xid_check_on_real_kernel_logs(name: str, message: str):
-    node = CannedNode({("journal",): sample(name)}, gpu_count=8, xid_command=["journal"])  # 43 and 31 are ignored
+
+
+def test_xid_check_on_real_kernel_logs():
+    """Classed by NVIDIA's catalog: 79 is hardware (drained and kept); 43 is IGNORE; 31 and 94 are RESTART_APP
+    (reported, not drained)."""
+    log = sample("dmesg-xid-79.akash-support-209.log")
+    node = CannedNode({("journal",): log}, gpu_count=8, xid_command=["journal"])
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_xid(node)
-    assert str(failed.value) == message
+    assert str(failed.value).startswith(FALLEN_79), failed.value
+    assert str(failed.value).endswith(" until corectl heal or corectl resume]")
+    node = CannedNode({("journal",): sample("dmesg-xid.akash-support-244.log")}, gpu_count=8, xid_command=["journal"])
+    assert hc.check_xid(node) == (
+        "warning: application errors, not drained: XID 31 on PCI:0000:00:07; XID 94 on PCI:0000:00:08 (last 3600 s)"
+    )
+
+
+def test_a_hardware_xid_is_kept_after_the_log_window_until_cleared():
+    storm = CannedNode({("journal",): sample("dmesg-xid-119.h100-xe9680.log")}, gpu_count=8, xid_command=["journal"])
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(storm)
+    first = str(failed.value)
+    assert first.startswith(
+        "XID 119 on PCI:0000:9b:00: Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103"
+        " (GSP_RM_ALLOC) (0x2081 0x4). [NVIDIA: RESET_GPU, then INVESTIGATE_SW; kept since "
+    ), first
+    assert "more kept" not in first  # five lines, one GPU, one Xid: one record, the first line's
+    # the window has passed (or the node rebooted): the log is empty, the node still fails, with the same record
+    later = CannedNode({("journal",): ""}, gpu_count=8, xid_command=["journal"], state_dir=storm.config["state_dir"])
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(later)
+    assert str(failed.value) == first
+    # heal or an operator ends it; what was ended is returned, and the node passes
+    cleared = hc.clear_sticky(later.config, "test")
+    assert [(r["check"], r["key"]) for r in cleared] == [("xid", "xid 119 pci:0000:9b:00")]
+    assert hc.check_xid(later).startswith("no XID errors in the last ")
+    # after a clear only what the kernel logged since is read: the window shrinks to the seconds since
+    assert hc.seconds_since_clear(later.config, 3600) <= 2
+
+
+@pytest.mark.parametrize(
+    ("line", "outcome"),
+    [
+        # as a driver logs it (NVIDIA developer forum, SOURCES.md) and as the catalog describes it
+        ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+         "fail: XID 154 on PCI:0000:01:00: GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+         " [driver: GPU Reset Required; kept since "),
+        ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+         "fail: XID 154 on PCI:0000:01:00: GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+         " [driver: Node Reboot Required; kept since "),
+        # back to none: nothing to do
+        ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+         "pass: no XID errors in the last 3600 s"),
+    ],
+)  # fmt: skip
+def test_xid_154_is_classed_by_the_recovery_action_it_names(line: str, outcome: str):
+    node = CannedNode({("journal",): line}, gpu_count=8, xid_command=["journal"])
+    try:
+        result = "pass: " + hc.check_xid(node)
+    except hc.CheckFailed as exc:
+        result = f"fail: {exc}"
+    assert result.startswith(outcome), result
+
+
+def test_the_sites_xid_classes_win_over_the_catalog():
+    log = sample("dmesg-xid.akash-support-244.log")
+    node = CannedNode({("journal",): log}, gpu_count=8, xid_command=["journal"], xid_classes={"31": "hardware"})
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_xid(node)
+    assert str(failed.value).startswith("XID 31 on PCI:0000:00:07: Ch 00000008, intr 00000000. MMU Fault:")
+    node = CannedNode({("journal",): log}, gpu_count=8, xid_command=["journal"], xid_classes={"31": "ignore"})
+    assert hc.check_xid(node) == "warning: application errors, not drained: XID 94 on PCI:0000:00:08 (last 3600 s)"
 
 
 def test_xid_on_a_mig_instance_is_seen():
@@ -276,11 +342,15 @@ def test_xid_on_a_mig_instance_is_seen():
     assert events[0] == ("PCI:0000:01:00", 94, "Contained: CE User Channel (0x9). RST: No, D-RST: No", "GPU-I:05")
     node = CannedNode({("journal",): sample("xid-mig-examples.nvidia-docs.txt").splitlines()[0]}, gpu_count=1,
                       xid_command=["journal"])  # fmt: skip
+    # a contained error is the application's (RESTART_APP): reported with its MIG instance, not drained
+    assert hc.check_xid(node) == (
+        "warning: application errors, not drained: XID 94 on PCI:0000:01:00 (GPU-I:05) (last 3600 s)"
+    )
+    # an uncontained one (RESET_GPU) drains, and is kept per GPU and instance
+    node = CannedNode({("journal",): sample("xid-mig-examples.nvidia-docs.txt")}, gpu_count=1, xid_command=["journal"])
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_xid(node)
-    assert str(failed.value) == (
-        "XID 94 on PCI:0000:01:00 (GPU-I:05): Contained: CE User Channel (0x9). RST: No, D-RST: No"
-    )
+    assert str(failed.value).startswith("XID 95 on PCI:0000:01:00")
 
 
 def test_xid_on_a_mig_compute_instance_is_seen():
@@ -293,12 +363,14 @@ def test_xid_on_a_mig_compute_instance_is_seen():
     ]
     node = CannedNode({("journal",): sample("xid-mig-gpu-ci.CONSTRUCTED.from-kernel_rc.txt")}, gpu_count=1,
                       xid_command=["journal"])  # fmt: skip
-    with pytest.raises(hc.CheckFailed) as failed:
-        hc.check_xid(node)
-    assert str(failed.value) == f"XID 94 on PCI:0000:01:00 (GPU-I:05): {detail} (2 XID events in 3600 s)"
+    assert hc.check_xid(node) == (
+        "warning: application errors, not drained: XID 94 on PCI:0000:01:00 (GPU-I:05 GPU-CI:00);"
+        " XID 94 on PCI:0000:01:00 (GPU-I:05) (last 3600 s)"
+    )
 
 
 FALLEN = "dmesg-fallen-off-bus.nvsentinel-155.log"
+KEPT_79 = " [NVIDIA: RESTART_BM, then CONTACT_SUPPORT; kept since "
 FALLEN_MESSAGE = (
     "GPU on PCI:0000:b3:00 has fallen off the bus and is not responding to commands (PCI ID 10de:26b5); "
     "no Xid 79 logged for it"
@@ -313,7 +385,7 @@ def test_gpu_fallen_off_the_bus_without_an_xid_line():
     ]
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_xid(CannedNode({("journal",): text}, gpu_count=8, xid_command=["journal"]))
-    assert str(failed.value) == FALLEN_MESSAGE
+    assert str(failed.value).startswith(FALLEN_MESSAGE + KEPT_79), failed.value
 
 
 @pytest.mark.parametrize(
@@ -349,23 +421,26 @@ def test_fallen_off_the_bus_with_its_xid_79_is_reported_once():
     assert hc.bus_lost(log) == [("PCI:0000:a1:00", "has fallen off the bus")]
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_xid(CannedNode({("journal",): log}, gpu_count=8, xid_command=["journal"]))
-    assert str(failed.value) == "XID 79 on PCI:0000:a1:00: GPU has fallen off the bus."  # one event, not two
+    assert str(failed.value).startswith(FALLEN_79)  # one event, not two
+    assert "more kept" not in str(failed.value)
     # the probe-time message of the NVSentinel sample after an Xid 79 for the same GPU (the Xid line of the akash
     # sample, moved to bus b3): still one GPU, reported as the Xid
     xid79 = next(line for line in log.splitlines() if "Xid" in line).replace("0000:a1:00", "0000:b3:00")
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_xid(CannedNode({("journal",): xid79 + "\n" + sample(FALLEN)}, gpu_count=8, xid_command=["journal"]))
-    assert str(failed.value) == "XID 79 on PCI:0000:b3:00: GPU has fallen off the bus."
+    assert str(failed.value).startswith(FALLEN_79.replace("a1:00", "b3:00"))
+    assert "more kept" not in str(failed.value)
 
 
 def test_fallen_off_the_bus_is_reported_before_other_xids():
-    log = sample("dmesg-xid.akash-support-244.log") + sample(FALLEN)  # Xid 94 on another GPU, 43 and 31 ignored
+    log = sample("dmesg-xid-119.h100-xe9680.log") + sample(FALLEN)  # Xid 119 on another GPU, first in the log
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_xid(CannedNode({("journal",): log}, gpu_count=8, xid_command=["journal"]))
-    assert str(failed.value) == FALLEN_MESSAGE + " (and 1 XID events in 3600 s)"
+    assert str(failed.value).startswith(FALLEN_MESSAGE + " (and 1 more kept)" + KEPT_79), failed.value
     # it counts as Xid 79: ignored only where Xid 79 is
-    node = CannedNode({("journal",): sample(FALLEN)}, gpu_count=8, xid_command=["journal"], xid_ignore=[79])
-    assert hc.check_xid(node) == "no XID errors in the last 3600 s, ignoring 79"
+    ignored = {"79": "ignore"}
+    node = CannedNode({("journal",): sample(FALLEN)}, gpu_count=8, xid_command=["journal"], xid_classes=ignored)
+    assert hc.check_xid(node) == "no XID errors in the last 3600 s"
 
 
 def test_fabric_manager_version_of_a_real_node():

@@ -19,7 +19,14 @@ ROLE = ROOT / "roles" / "node_health"
 # the role's own variables, which are not checker settings: where things go, and Slurm's hook
 ROLE_ONLY = {"program", "config", "check_dir", "slurm_dcgm_diag_level"}
 # a manifest type -> the argument spec types its variable may have (a path is a string)
-SPEC_TYPES = {"int": {"int"}, "str": {"str", "path"}, "bool": {"bool"}, "list": {"list"}, "list|str": {"raw"}}
+SPEC_TYPES = {
+    "int": {"int"},
+    "str": {"str", "path"},
+    "bool": {"bool"},
+    "list": {"list"},
+    "dict": {"dict"},
+    "list|str": {"raw"},
+}
 
 
 @pytest.fixture(scope="module")

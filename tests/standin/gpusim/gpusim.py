@@ -67,6 +67,9 @@ XID_MESSAGES = {
     92: "High single-bit ECC error rate",
     94: "Contained ECC error",
     95: "Uncontained ECC error",
+    # as an H100's driver logs them (tests/samples/dmesg-xid-119.h100-xe9680.log; NVIDIA's Xid catalog for 154)
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL)",
+    154: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
 }
 MEMORY_XIDS = frozenset({48, 63, 64, 92, 94, 95})
 NVLINK_XIDS = frozenset({74})

@@ -12,6 +12,9 @@ passing check that could not look at everything says so in its message ("warning
   --config FILE  --level N (dcgmi diag level, 0 = off)  --only a,b  --check-config
   corectl-health-check --list [--json]  the checks in order ([--json]: the manifest: each check's
                                        settings, every setting's type and default)
+  corectl-health-check --clear-sticky BY [--json]  end the failures kept on this node (a hardware
+                                       Xid, a lost GPU: kept through reboots and after the log window)
+                                       and print them; BY says who (corectl heal, corectl resume)
 
 Exit status: 0 all checks pass or are skipped, 1 a check failed, 2 bad configuration or usage.
 Stdlib only (Python 3.10+); every command runs with a timeout. The same script runs against the

@@ -18,6 +18,7 @@ from .gpu import check_driver_version, check_ecc, check_gpu_count, check_persist
 from .network import check_gpudirect, check_ib
 from .nvlink import check_nvlink
 from .services import check_clock, check_services
+from .sticky import clear_sticky, when
 from .storage import check_mounts
 from .xid import check_xid
 
@@ -31,8 +32,9 @@ class Check(NamedTuple):
     settings: tuple[str, ...] = ()
 
 
-# Read by many checks: whether there are GPUs and NVSwitches to look at, and every command's timeout.
-GENERAL_SETTINGS = ("gpu_count", "nvswitch", "command_timeout_s")
+# Read by many checks: whether there are GPUs and NVSwitches to look at, every command's timeout, and where
+# failures seen as events are kept (sticky.py).
+GENERAL_SETTINGS = ("gpu_count", "nvswitch", "command_timeout_s", "state_dir")
 
 # The order matters: the first failure is what Slurm shows, so the most specific check comes first.
 # Every check and every setting is registered here once; the role's defaults, argument spec and
@@ -48,7 +50,7 @@ CHECKS: list[Check] = [
     Check("nvlink", check_nvlink, ("nvlink_links", "nvlink_error_max")),
     Check("temperature", check_temperature, ("max_temperature",)),
     Check("throttle", check_throttle, ("throttle_reasons",)),
-    Check("xid", check_xid, ("xid_window_s", "xid_ignore", "xid_command")),
+    Check("xid", check_xid, ("xid_window_s", "xid_catalog", "xid_classes", "xid_command")),
     Check("ib", check_ib, ("ib_sysfs_root", "ib_rate_gbps", "ib_ports")),
     Check("gpudirect", check_gpudirect, ("gpudirect_module", "modules_file")),
     Check("mounts", check_mounts, ("mounts",)),
@@ -123,7 +125,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--list", action="store_true", help="list the checks in order and exit (with --json: the manifest)"
     )
     parser.add_argument("--check-config", action="store_true", help="only validate the settings file")
+    parser.add_argument(
+        "--clear-sticky",
+        metavar="BY",
+        help="end the failures kept on this node (hardware Xids, lost GPUs), saying who does (heal, an operator)",
+    )
     return parser.parse_args(argv)
+
+
+def clear(config: dict[str, Any], by: str, as_json: bool) -> int:
+    """--clear-sticky: what was kept, now ended."""
+    cleared = clear_sticky(config, by or "unknown")
+    if as_json:
+        print(json.dumps({"node": socket.gethostname().split(".")[0], "cleared": cleared}, indent=2))
+    for record in [] if as_json else cleared:
+        print(f"cleared {record['check']}: {record['message']} (kept since {when(record['since'])})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check_config:
         return 0
+    if args.clear_sticky is not None:
+        return clear(config, args.clear_sticky, args.json)
     if args.level is not None:
         config["dcgm_diag_level"] = args.level
     with_standard_path()

@@ -27,7 +27,8 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     "throttle_reasons": (list, ["HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown"]),
     "ecc_volatile_uncorrected_max": (int, 0),
     "xid_window_s": (int, 3600),
-    "xid_ignore": (list, [13, 31, 43, 45]),
+    "xid_catalog": (dict, {}),
+    "xid_classes": (dict, {}),
     "xid_command": ((list, str), ["journalctl", "-k", "-q", "--no-pager", "-o", "cat", "--since=-{window}s"]),
     "nvlink_links": (int, 0),
     "nvlink_error_max": (int, 100),
@@ -43,6 +44,7 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     "dcgm_diag_level": (int, 0),
     "command_timeout_s": (int, 30),
     "dcgm_diag_timeout_s": (int, 3600),
+    "state_dir": (str, "/var/lib/corectl/health"),
 }
 
 # Clock event ("throttle") reason bits, as NVML defines them (nvmlClocksEventReason*).
@@ -115,9 +117,17 @@ def load_config(path: str) -> dict[str, Any]:
         config[key] = value
     for key, (_kind, default) in SETTINGS.items():
         config.setdefault(key, default)
-    for key in ("xid_ignore",):
-        if not all(isinstance(item, int) and not isinstance(item, bool) for item in config[key]):
-            raise ConfigError(f"{path}: {key} must be a list of integers")
+    for key, entries in (("xid_catalog", config["xid_catalog"]), ("xid_classes", config["xid_classes"])):
+        if not all(str(xid).isdigit() for xid in entries):
+            raise ConfigError(f"{path}: {key}: keys must be Xid numbers, not {sorted(entries, key=str)}")
+    for xid, actions in config["xid_catalog"].items():
+        if not (isinstance(actions, list) and len(actions) == 2 and all(isinstance(a, str) for a in actions)):
+            raise ConfigError(f"{path}: xid_catalog.{xid} must be [immediate action, investigatory action]")
+    for xid, kind in config["xid_classes"].items():
+        if kind not in ("ignore", "application", "hardware"):
+            raise ConfigError(
+                f"{path}: xid_classes.{xid}: unknown class {json.dumps(kind)} (known: ignore, application, hardware)"
+            )
     for key in ("throttle_reasons", "mounts", "services"):
         if not all(isinstance(item, str) for item in config[key]):
             raise ConfigError(f"{path}: {key} must be a list of strings")

@@ -1,11 +1,15 @@
-"""Xid checks: the GPU errors the kernel logged in the window, and GPUs that fell off the bus."""
+"""Xid checks: the GPU errors the kernel logged in the window, and GPUs that fell off the bus, each classed
+by NVIDIA's Xid catalog (xid_catalog: Xid -> [immediate action, investigatory action], the site's xid_classes
+over it); hardware-class ones are kept on the node (sticky.py) until heal or an operator clears them."""
 
 from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 from .core import CheckFailed, Node, Skip, needs_gpus, summarize
+from .sticky import keep, seconds_since_clear, when
 
 XID_LINE = re.compile(r"NVRM: Xid \((PCI:[0-9A-Fa-f:.]+)((?: GPU-C?I:\d+)*)\): (\d+),\s*(.*)")
 XID_NOISE = re.compile(r"^(?:pid=[^,]*,\s*|name=[^,]*,\s*)+")
@@ -22,6 +26,13 @@ BUS_LOST_LINE = re.compile(
     r"NVRM: GPU ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.[0-7]: GPU has fallen off the bus"
 )
 PCI_ID = re.compile(r"\(PCI ID: ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{4})\)")
+# Xid 154 (drivers 550+): "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"; newer
+# drivers name the actions otherwise ("0x2 (OS Reboot)"), so the code counts, and 0x0 is None.
+RECOVERY_ACTION = re.compile(r"recovery action changed from \S+ \([^)]*\) to (0x[0-9A-Fa-f]+|\d+) \(([^)]*)\)")
+XID_CLASSES = ("ignore", "application", "hardware")
+# The catalog's immediate actions that are not the GPU's fault; IGNORE drains nothing, every other action
+# (and an Xid the catalog does not list) is hardware.
+APPLICATION_ACTIONS = ("RESTART_APP", "WORKFLOW_XID_45")
 
 
 def xid_events(text: str) -> list[tuple[str, int, str, str]]:
@@ -52,10 +63,28 @@ def bus_lost(text: str) -> list[tuple[str, str]]:
     return [(pci, detail) for pci, (_start, detail) in sorted(found.items(), key=lambda item: item[1][0])]
 
 
-def check_xid(node: Node) -> str:
+def xid_class(config: dict[str, Any], xid: int, detail: str) -> tuple[str, str]:
+    """(class, what NVIDIA's catalog says to do) of one Xid event."""
+    immediate, investigatory = (config["xid_catalog"].get(str(xid)) or ["", ""])[:2]
+    advice = f"NVIDIA: {immediate}, then {investigatory}" if immediate else "not in the Xid catalog"
+    if str(xid) in config["xid_classes"]:
+        return config["xid_classes"][str(xid)], advice
+    if xid == 154:
+        found = RECOVERY_ACTION.search(detail)
+        if found:
+            none = int(found.group(1), 0) == 0
+            return ("ignore" if none else "hardware"), f"driver: {found.group(2)}"
+    if immediate == "IGNORE":
+        return "ignore", advice
+    if immediate in APPLICATION_ACTIONS:
+        return "application", advice
+    return "hardware", advice
+
+
+def kernel_log(node: Node) -> tuple[str, int]:
+    """The kernel log of the window (shorter when kept failures were cleared since), and the window."""
     config = node.config
-    needs_gpus(config)
-    window = config["xid_window_s"]
+    window = seconds_since_clear(config, config["xid_window_s"])
     command = config["xid_command"]
     argv = shlex.split(command) if isinstance(command, str) else [str(part) for part in command]
     argv = [part.replace("{window}", str(window)) for part in argv]
@@ -66,20 +95,41 @@ def check_xid(node: Node) -> str:
         raise CheckFailed(
             f"cannot read the kernel log ({argv[0]} rc {result.rc}): {result.first_line() or 'no output'}"
         )
-    ignore = set(config["xid_ignore"])
-    all_events = xid_events(result.stdout)
-    events = [e for e in all_events if e[1] not in ignore]
-    # A GPU that fell off the bus counts as Xid 79, once: its message is reported only where no Xid 79 line
-    # names the same GPU (the driver prints both at run time, only the message when the probe finds it gone).
+    return result.stdout, window
+
+
+def check_xid(node: Node) -> str:
+    config = node.config
+    needs_gpus(config)
+    text, window = kernel_log(node)
+    all_events = xid_events(text)
+    seen: list[dict[str, Any]] = []
+    reported: list[str] = []
+    # A GPU that fell off the bus counts as Xid 79, once: its message is kept only where no Xid 79 line names the
+    # same GPU (the driver prints both at run time, only the message when the probe finds it gone).
     with_79 = {e[0].lower() for e in all_events if e[1] == 79}
-    lost = [] if 79 in ignore else [(pci, what) for pci, what in bus_lost(result.stdout) if pci.lower() not in with_79]
-    if lost:
-        more = f" (and {len(events)} XID events in {window} s)" if events else ""
-        gpus = [f"GPU on {pci} {what}" for pci, what in lost]
-        raise CheckFailed(f"{summarize(gpus, 2)}; no Xid 79 logged for {'it' if len(lost) == 1 else 'them'}{more}")
-    if events:
-        pci, xid, detail, mig = events[-1]
-        more = f" ({len(events)} XID events in {window} s)" if len(events) > 1 else ""
-        raise CheckFailed(f"XID {xid} on {pci}{f' ({mig})' if mig else ''}: {detail}{more}")
-    ignored = f", ignoring {', '.join(str(x) for x in sorted(ignore))}" if ignore else ""
-    return f"no XID errors in the last {window} s{ignored}"
+    lost_class, lost_advice = xid_class(config, 79, "")
+    for pci, what in bus_lost(text) if lost_class == "hardware" else []:
+        if pci.lower() not in with_79:
+            message = f"GPU on {pci} {what}; no Xid 79 logged for it"
+            seen.append({"check": "xid", "key": f"lost {pci.lower()}", "message": message, "advice": lost_advice})
+    for pci, xid, detail, mig in all_events:
+        kind, advice = xid_class(config, xid, detail)
+        where = f"{pci}{f' ({mig})' if mig else ''}"
+        if kind == "application":
+            reported.append(f"XID {xid} on {where}")
+        elif kind == "hardware":
+            key = f"xid {xid} {pci.lower()}{f' {mig}' if mig else ''}"
+            seen.append({"check": "xid", "key": key, "message": f"XID {xid} on {where}: {detail}", "advice": advice})
+    kept = keep(config, seen)
+    if kept:
+        # the GPU lost from the bus first (the most severe), else the latest
+        shown = next((r for r in kept if r["key"].startswith("lost ")), kept[-1])
+        more = f" (and {len(kept) - 1} more kept)" if len(kept) > 1 else ""
+        raise CheckFailed(
+            f"{shown['message']}{more} [{shown.get('advice', '')}; kept since {when(shown['since'])}"
+            " until corectl heal or corectl resume]"
+        )
+    if reported:
+        return f"warning: application errors, not drained: {summarize(reported, 3)} (last {window} s)"
+    return f"no XID errors in the last {window} s"
