@@ -8,6 +8,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.console import Console
 
@@ -20,10 +21,22 @@ from corectl.site.inventory import render_site
 from corectl.site.model import Cluster
 
 
+class NodeEvent(NamedTuple):
+    """A drain or down of one node as Slurm's accounting recorded it (sacctmgr show event)."""
+
+    node: str
+    start: int  # epoch seconds
+    end: int | None  # None: still so
+    state: str  # DRAIN, DOWN*, ...
+    user: str  # who set it, as Slurm writes it: root(0), slurm(64030)
+    reason: str
+
+
 @dataclass
 class SlurmStatus:
     states: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job id -> nodes
+    events: list[NodeEvent] = field(default_factory=list)  # drains and downs, oldest first
 
     def busy_nodes(self) -> set[str]:
         return {node for nodes in self.jobs.values() for node in nodes}
@@ -32,13 +45,27 @@ class SlurmStatus:
         return sorted(job for job, nodes in self.jobs.items() if node in nodes)
 
 
+def parse_events(lines: list[str]) -> list[NodeEvent]:
+    """``sacctmgr -n -P show event format=NodeName,TimeStart,TimeEnd,State,User,Reason`` with epoch
+    times (SLURM_TIME_FORMAT=%s): the node events, oldest first; the cluster's own and lines that
+    are not in that shape are left out."""
+    events = []
+    for line in lines:
+        fields = line.split("|", 5)
+        if len(fields) != 6 or not fields[0] or not fields[1].isdigit():
+            continue
+        node, start, end, state, user, reason = fields
+        events.append(NodeEvent(node, int(start), int(end) if end.isdigit() else None, state, user, reason))
+    return sorted(events, key=lambda e: (e.start, e.node))
+
+
 def parse_status(data: dict) -> SlurmStatus:
     states = {row[0]: (row[1], row[2] if len(row) > 2 else "") for row in data.get("nodes", []) if row}
     # a job's nodes: Slurm's host list ("dgx[01-04]"), or already a list of names
     jobs: dict[str, list[str]] = {}
     for job, nodes in data.get("jobs", []):
         jobs[str(job)] = hostlist.expand(nodes) if isinstance(nodes, str) else list(nodes)
-    return SlurmStatus(states=states, jobs=jobs)
+    return SlurmStatus(states=states, jobs=jobs, events=parse_events(list(data.get("events", []))))
 
 
 def read_slurm_status(site: Site, console: Console | None = None) -> SlurmStatus:

@@ -53,10 +53,10 @@ def node_history(
     inventory: InventoryOpt = None,
     last: LastOpt = 20,
 ) -> None:
-    """A node's health verdicts and remediation actions, newest first (every corectl health adds one)."""
+    """A node's health verdicts, remediation actions and drains (who drained it and why), newest first."""
     from corectl.commands.failures import history_view
 
-    out.print(history_view(policy.site(inventory), node, last))
+    out.print(history_view(policy.site(inventory), node, last, policy.warn))
 
 
 @app.command()
@@ -65,20 +65,20 @@ def rma(
     json_out: JsonOpt = False,
     failures: Annotated[
         int | None,
-        typer.Option(min=1, help="failing health runs that make a repeat offender (default: group_vars, 3)"),
+        typer.Option(min=1, help="failures that make a repeat offender (default: group_vars, 3)"),
     ] = None,
     days: Annotated[
         int | None, typer.Option(min=1, help="in this many days up to now (default: group_vars, 7)")
     ] = None,
 ) -> None:
-    """Nodes to send back (repeat offenders of the health checks), with the dates and failing checks."""
+    """Nodes to send back (repeat offenders: failing health runs and failure drains), with the evidence."""
     from datetime import UTC, datetime
 
     from corectl.commands.failures import rma as rma_report
     from corectl.commands.failures import rma_json, rma_view
 
     site = policy.site(inventory)
-    offenders, cases = rma_report(site, datetime.now(UTC), failures, days)
+    offenders, cases = rma_report(site, datetime.now(UTC), policy.warn, failures, days)
     if json_out:
         print(json.dumps(rma_json(site, offenders, cases), indent=2))
     else:

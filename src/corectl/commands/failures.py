@@ -1,12 +1,17 @@
-"""history NODE and rma: a node's verdicts and actions, and the nodes to send back (corectl.health.failures).
+"""history NODE and rma: a node's verdicts, actions and drains, and the nodes to send back (corectl.health.failures).
 
-The repeat-offender rule comes from group_vars (``corectl_repeat_offender_failures`` failing health
-runs in ``corectl_repeat_offender_days`` days; group_vars/all/health.yml, a site overrides it in
-its own group_vars); ``corectl rma --failures/--days`` override it for one report.
+Both first copy the drains and downs Slurm's accounting recorded (whoever made them: Slurm's health
+program, heal, an operator, an upgrade) from the controller into the history; a controller that
+cannot be read is warned about, and the history is shown as kept. The repeat-offender rule comes
+from group_vars (``corectl_repeat_offender_failures`` failures in ``corectl_repeat_offender_days``
+days; group_vars/all/health.yml, a site overrides it in its own group_vars); ``corectl rma
+--failures/--days`` override it for one report. A failure is a failing health run or a failure
+drain, each failure counted once (corectl.health.failures.failure_count); planned drains count nowhere.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -14,11 +19,28 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from corectl.errors import CorectlError
 from corectl.health import failures
-from corectl.health.failures import Action, Entry, Offenders, RmaCase, Verdict, rule, thresholds
+from corectl.health.failures import Action, Drain, Entry, Offenders, RmaCase, Verdict, rule, thresholds
 from corectl.health.report import failed_checks
 from corectl.site import Site, require_cluster_file
+from corectl.site.inventory import render_site
+from corectl.slurm import read_slurm_status
 from corectl.words import counted
+
+Warn = Callable[[str], None]
+
+
+def sync_drains(site: Site, warn: Warn) -> None:
+    """The drains and downs Slurm's accounting recorded, copied into the history (read on the
+    controller); a controller that cannot be read: ``warn``, and the history as kept."""
+    try:
+        render_site(site, check_only=False)
+        events = read_slurm_status(site).events
+    except CorectlError as exc:
+        warn(f"warning: Slurm's drains not read, the history is shown as kept: {exc}")
+        return
+    failures.keep_slurm_events(site, events, warn)
 
 
 def shown_time(at: str) -> str:
@@ -44,6 +66,22 @@ def _action_cells(action: Action) -> tuple[Text, Text]:
     return Text(action.action, style="yellow"), detail
 
 
+def _drain_cells(drain: Drain) -> tuple[Text, Text]:
+    """``DRAIN  corectl-health: xid: ... (root(0), until 2026-11-26 01:02:03Z)``: a failure in red,
+    planned work dim."""
+    until = f"until {shown_time(drain.until)}" if drain.until else "still"
+    kind = Text(drain.state.rstrip("*+") or "DRAIN", style="bold red" if drain.failure else "dim")
+    return kind, Text(f"{drain.reason} ({drain.user}, {until})", style="" if drain.failure else "dim")
+
+
+def _cells(entry: Entry) -> tuple[Text, Text]:
+    if isinstance(entry, Verdict):
+        return _verdict_cells(entry)
+    if isinstance(entry, Drain):
+        return _drain_cells(entry)
+    return _action_cells(entry)
+
+
 def entries_grid(entries: list[Entry], indent: int = 0) -> Table:
     """One row per entry: its time and kind (never cut), then what it said (wrapped beside them)."""
     grid = Table.grid(padding=(0, 2))
@@ -51,7 +89,7 @@ def entries_grid(entries: list[Entry], indent: int = 0) -> Table:
     grid.add_column(no_wrap=True)
     grid.add_column()
     for entry in entries:
-        kind, detail = _verdict_cells(entry) if isinstance(entry, Verdict) else _action_cells(entry)
+        kind, detail = _cells(entry)
         grid.add_row(Text(" " * indent + shown_time(entry.at), style="dim" if indent else ""), kind, detail)
     return grid
 
@@ -59,15 +97,16 @@ def entries_grid(entries: list[Entry], indent: int = 0) -> Table:
 # --------------------------------------------------------------------------- history NODE
 
 
-def history_view(site: Site, node: str, last: int) -> RenderableType:
-    """The node's newest ``last`` verdicts and actions, newest first, one row each."""
+def history_view(site: Site, node: str, last: int, warn: Warn) -> RenderableType:
+    """The node's newest ``last`` verdicts, actions and drains, newest first, one row each."""
     require_cluster_file(site)
+    sync_drains(site, warn)
     entries = failures.node_history(site, node, last + 1)  # one more: are there older ones?
     if not entries:
-        return Text(f"{node}: no verdict or action recorded in {site.name} (corectl health records them)")
+        return Text(f"{node}: no verdict, action or drain recorded in {site.name} (corectl health records them)")
     shown = entries[:last]
     more = f" (older ones: --last {last * 2})" if len(entries) > last else ""
-    title = Text(f"{node} in {site.name}: {len(shown)} verdicts and actions, newest first{more}", style="bold")
+    title = Text(f"{node} in {site.name}: {len(shown)} verdicts, actions and drains, newest first{more}", style="bold")
     return Group(title, entries_grid(shown))
 
 
@@ -75,10 +114,11 @@ def history_view(site: Site, node: str, last: int) -> RenderableType:
 
 
 def rma(
-    site: Site, now: datetime, count: int | None = None, days: int | None = None
+    site: Site, now: datetime, warn: Warn, count: int | None = None, days: int | None = None
 ) -> tuple[Offenders, list[RmaCase]]:
     """The RMA report by the given rule, else the site's (group_vars)."""
     require_cluster_file(site)
+    sync_drains(site, warn)
     return failures.rma_report(site, *thresholds(site, count, days), now)
 
 
@@ -91,7 +131,7 @@ def rma_view(site: Site, offenders: Offenders, cases: list[RmaCase]) -> Renderab
         Text(f"RMA: {counted(len(cases), 'candidate')} in {site.name} ({scope})", style="bold")
     ]
     for case in cases:
-        parts.append(Text.assemble((case.node, "bold red"), f": {counted(len(case.failures), 'failing health run')}"))
+        parts.append(Text.assemble((case.node, "bold red"), f": {counted(case.count, 'failure')}"))
         parts.append(entries_grid(case.evidence(), indent=2))
     return Group(*parts)
 
@@ -100,6 +140,8 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
     if isinstance(entry, Verdict):
         checks = [{"name": c.name, "message": c.message} for c in entry.failed]
         return {"at": entry.at, "run_id": entry.run_id, "checks": checks}
+    if isinstance(entry, Drain):
+        return {"at": entry.at, "until": entry.until, "state": entry.state, "user": entry.user, "reason": entry.reason}
     return {"at": entry.at, "action": entry.action, "outcome": entry.outcome, "detail": entry.detail}
 
 
@@ -114,8 +156,9 @@ def rma_json(site: Site, offenders: Offenders, cases: list[RmaCase]) -> dict[str
         "nodes": [
             {
                 "node": case.node,
-                "failures": len(case.failures),
+                "failures": case.count,
                 "evidence": [_entry_json(v) for v in case.failures],
+                "drains": [_entry_json(d) for d in case.drains],
                 "actions": [_entry_json(a) for a in case.actions],
             }
             for case in cases

@@ -15,7 +15,7 @@ from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress
 from corectl.errors import CorectlError
 from corectl.health import heal as rules
-from corectl.health.failures import Action, last_action
+from corectl.health.failures import Action, keep_slurm_events, last_action
 from corectl.health.report import health
 from corectl.power import apply as power_apply
 from corectl.power import credentials, history_recorder
@@ -47,6 +47,7 @@ class Healer:
         self.ladders = rules.ladders(values)
         self.window = rules.window_hours(values)
         self.record = history_recorder(site, warn)
+        self.warn = warn
         self.outcomes: list[Outcome] = []
 
     # ------------------------------------------------------------------ choosing nodes
@@ -55,6 +56,7 @@ class Healer:
         """Nodes drained by the health checks with no job left (named ones that are not: said why)."""
         computes = [n.name for n in self.cluster.nodes if "compute" in n.roles]
         status = read_slurm_status(self.site, self.console)
+        keep_slurm_events(self.site, status.events, self.warn)
         chosen = []
         for node in named or computes:
             state, reason = status.states.get(node, ("unknown", ""))

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corectl import hostlist
-from corectl.health.failures import Offenders, rule, site_offenders
+from corectl.health.failures import Offenders, keep_slurm_events, rule, site_offenders
 from corectl.health.report import last_verdicts, verdict_failed
 from corectl.site import Site
 from corectl.site.inventory import render_site
@@ -67,7 +67,7 @@ def exceptions_table(status: SlurmStatus, names: list[str], health: dict[str, st
 
 
 def offenders_line(offenders: Offenders, nodes: Iterable[str]) -> Text | None:
-    """``repeat offenders (>=3 failing health runs in 7 days): dgx07 (4), dgx12 (3)``, of ``nodes``."""
+    """``repeat offenders (>=3 failures in 7 days): dgx07 (4), dgx12 (3)``, of ``nodes``."""
     known = set(nodes)
     named = [f"{node} ({count})" for node, count in offenders.counts.items() if node in known]
     if not named:
@@ -103,5 +103,7 @@ def status(site: Site, warn: Callable[[str], None]) -> Group:
     """Everything `corectl status` shows: Slurm's view read on the controller now, each node's last
     health verdict, and the repeat offenders (a history that cannot be read: ``warn``, and none)."""
     render_site(site, check_only=False)
+    slurm = read_slurm_status(site)
+    keep_slurm_events(site, slurm.events, warn)  # the drains Slurm recorded count in the repeat offenders
     offenders = site_offenders(site, datetime.now(UTC), warn)
-    return status_table(read_slurm_status(site), last_verdicts(site), offenders)
+    return status_table(slurm, last_verdicts(site), offenders)

@@ -1,7 +1,9 @@
 """A site's failure history: every health verdict and remediation action, in a local SQLite file.
 
 ``inventories/<site>/.history.sqlite`` (Site.history_db) holds one row per node per health run
-(``verdicts``) and one per remediation action (``actions``). Times are UTC, ISO 8601 to the second
+(``verdicts``), one per remediation action (``actions``) and one per drain or down Slurm's
+accounting recorded (``drains``, copied from ``sacctmgr show event`` whenever corectl reads the
+Slurm state: whoever drained the node, Slurm's health program included). Times are UTC, ISO 8601 to the second
 (``2026-11-22T09:12:44Z``), so that text order is time order. The file is in WAL mode with a busy
 timeout, so that concurrent commands append without losing rows; each write is one transaction.
 ``PRAGMA user_version`` is the schema version: an older file is migrated when opened, a newer one
@@ -50,6 +52,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX actions_by_node ON actions (node, at)",
     ),
+    (
+        """CREATE TABLE drains (
+            id INTEGER PRIMARY KEY,
+            node TEXT NOT NULL,
+            at TEXT NOT NULL,
+            until TEXT,
+            state TEXT NOT NULL,
+            user TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            failure INTEGER NOT NULL CHECK (failure IN (0, 1))
+        )""",
+        "CREATE UNIQUE INDEX drains_once ON drains (node, at, reason)",
+        "CREATE INDEX drains_by_node ON drains (node, at)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -88,30 +104,61 @@ class Action:
     detail: str = ""
 
 
-Entry = Verdict | Action
+@dataclass(frozen=True)
+class Drain:
+    """A drain or down of a node that Slurm's accounting recorded: when, until when (None: still),
+    who set it and why; ``failure``: it was a failure (is_failure), not planned work."""
+
+    node: str
+    at: str
+    until: str | None
+    state: str
+    user: str
+    reason: str
+    failure: bool
+
+
+Entry = Verdict | Action | Drain
+
+# Drains that are failures: Slurm's health program's (role slurm), the GPU handover epilog's, heal's
+# escalation, and Slurm's own (set by its SlurmUser: a node not responding, a kill that failed).
+# Every other drain (an operator's, an upgrade's, add-node's and remove-node's) is planned work and
+# is kept out of failure figures.
+FAILURE_REASONS = ("corectl-health:", "corectl-epilog:", "corectl: needs hardware service")
+SLURM_USER = "slurm("
+# A failing health run this long before a failure drain of its node, or during one, is evidence of
+# that failure, not another one (Slurm's program drains within its interval of `corectl health`).
+SAME_FAILURE_LEAD = timedelta(minutes=10)
+
+
+def is_failure(reason: str, user: str) -> bool:
+    return reason.startswith(FAILURE_REASONS) or user.startswith(SLURM_USER)
 
 
 @dataclass(frozen=True)
 class Offenders:
-    """Nodes with at least ``failures`` failing health runs from ``since`` to ``until`` (both included)."""
+    """Nodes with at least ``failures`` failures from ``since`` to ``until`` (both included)."""
 
     failures: int
     days: int
     since: str
     until: str
-    counts: dict[str, int]  # node -> its failing health runs in the window, most first
+    counts: dict[str, int]  # node -> its failures in the window (failure_count), most first
 
 
 @dataclass(frozen=True)
 class RmaCase:
-    """A node to send back, with the evidence: its failing verdicts and the actions taken, in the window."""
+    """A node to send back, with the evidence: its failing verdicts, its failure drains and the
+    actions taken, in the window; ``count``: its failures (see failure_count)."""
 
     node: str
     failures: tuple[Verdict, ...]
     actions: tuple[Action, ...]
+    drains: tuple[Drain, ...] = ()
+    count: int = 0
 
     def evidence(self) -> list[Entry]:
-        return newest_first([*self.failures, *self.actions])
+        return newest_first([*self.failures, *self.drains, *self.actions])
 
 
 # --------------------------------------------------------------------------- time
@@ -129,8 +176,38 @@ def window(days: int, now: datetime) -> tuple[str, str]:
 
 
 def newest_first(entries: Iterable[Entry]) -> list[Entry]:
-    """Newest first; at the same second an action comes before (after, in time) the verdict behind it."""
-    return sorted(entries, key=lambda e: (e.at, isinstance(e, Action)), reverse=True)
+    """Newest first; at the same second a drain, then an action come before (after, in time) the
+    verdict behind them."""
+    return sorted(entries, key=lambda e: (e.at, isinstance(e, Action), isinstance(e, Drain)), reverse=True)
+
+
+def epoch_stamp(seconds: int) -> str:
+    return stamp(datetime.fromtimestamp(seconds, UTC))
+
+
+def parse_stamp(at: str) -> datetime:
+    return datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def failure_count(verdicts: Iterable[Verdict], drains: Iterable[Drain]) -> int:
+    """One node's failures: each stretch of failure drains (back to back or overlapping: one
+    failure, whatever its reason became), and each failing health run not within one (or within
+    SAME_FAILURE_LEAD before its start)."""
+    stretches: list[tuple[datetime, datetime | None]] = []
+    for drain in sorted((d for d in drains if d.failure), key=lambda d: d.at):
+        start = parse_stamp(drain.at)
+        end = parse_stamp(drain.until) if drain.until else None
+        if stretches and (stretches[-1][1] is None or start <= stretches[-1][1]):
+            last_start, last_end = stretches[-1]
+            stretches[-1] = (last_start, None if end is None or last_end is None else max(end, last_end))
+        else:
+            stretches.append((start, end))
+
+    def covered(at: datetime) -> bool:
+        return any(start - SAME_FAILURE_LEAD <= at and (end is None or at <= end) for start, end in stretches)
+
+    alone = [v for v in verdicts if not v.ok and not covered(parse_stamp(v.at))]
+    return len(stretches) + len(alone)
 
 
 # --------------------------------------------------------------------------- the file
@@ -238,6 +315,45 @@ def record_verdicts(site: Site, reports: Mapping[str, Report], at: datetime, run
         return conn.total_changes - before
 
 
+# corectl.slurm.NodeEvent (health does not import slurm): node, start, end (None: still), state, user, reason
+SlurmEvent = tuple[str, int, "int | None", str, str, str]
+
+
+def record_slurm_events(site: Site, events: Iterable[SlurmEvent]) -> int:
+    """Slurm's drain and down events (corectl.slurm.NodeEvent, epoch seconds), each kept once (a
+    later copy updates its end and state); returns how many were new."""
+    drains = [
+        Drain(node, epoch_stamp(start), None if end is None else epoch_stamp(end), state, user, reason, failure)
+        for node, start, end, state, user, reason in events
+        for failure in [is_failure(reason, user)]
+    ]
+    return record_drains(site, drains)
+
+
+def keep_slurm_events(site: Site, events: Iterable[SlurmEvent], warn: Callable[[str], None]) -> None:
+    """record_slurm_events for a command that read the Slurm state anyway; a history that cannot be
+    written: ``warn``."""
+    try:
+        record_slurm_events(site, events)
+    except HistoryUnavailable as exc:
+        warn(f"warning: Slurm's drains not kept in the history: {exc}")
+
+
+def record_drains(site: Site, drains: Iterable[Drain]) -> int:
+    """Drains, each kept once (a later copy updates its end and state); returns how many were new."""
+    rows = [(d.node, d.at, d.until, d.state, d.user, d.reason, 1 if d.failure else 0) for d in drains]
+    if not rows:
+        return 0
+    with _database(site) as conn, _transaction(conn):
+        known = conn.execute("SELECT COUNT(*) FROM drains").fetchone()[0]
+        conn.executemany(
+            "INSERT INTO drains (node, at, until, state, user, reason, failure) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (node, at, reason) DO UPDATE SET until = excluded.until, state = excluded.state",
+            rows,
+        )
+        return int(conn.execute("SELECT COUNT(*) FROM drains").fetchone()[0]) - int(known)
+
+
 def record_action(site: Site, node: str, action: str, outcome: str, detail: str, at: datetime) -> None:
     """One remediation action on ``node`` (``action``: drain, reset-gpu...; ``outcome``: ok, failed...)."""
     with _database(site) as conn, _transaction(conn):
@@ -251,6 +367,7 @@ def record_action(site: Site, node: str, action: str, outcome: str, detail: str,
 
 _VERDICT = "SELECT node, at, ok, failed, run_id FROM verdicts"
 _ACTION = "SELECT node, at, action, outcome, detail FROM actions"
+_DRAIN = "SELECT node, at, until, state, user, reason, failure FROM drains"
 
 
 def _verdict(row: tuple[Any, ...]) -> Verdict:
@@ -264,15 +381,21 @@ def _action(row: tuple[Any, ...]) -> Action:
     return Action(node=node, at=at, action=action, outcome=outcome, detail=detail)
 
 
+def _drain(row: tuple[Any, ...]) -> Drain:
+    node, at, until, state, user, reason, failure = row
+    return Drain(node=node, at=at, until=until, state=state, user=user, reason=reason, failure=bool(failure))
+
+
 def node_history(site: Site, node: str, limit: int = 20) -> list[Entry]:
-    """The node's newest ``limit`` verdicts and actions together, newest first."""
+    """The node's newest ``limit`` verdicts, actions and drains together, newest first."""
     if not _exists(site):
         return []
     order = "ORDER BY at DESC, id DESC LIMIT ?"
     with _database(site) as conn:
         verdicts = [_verdict(r) for r in conn.execute(f"{_VERDICT} WHERE node = ? {order}", (node, limit))]
         actions = [_action(r) for r in conn.execute(f"{_ACTION} WHERE node = ? {order}", (node, limit))]
-    return newest_first([*verdicts, *actions])[:limit]
+        drains = [_drain(r) for r in conn.execute(f"{_DRAIN} WHERE node = ? {order}", (node, limit))]
+    return newest_first([*verdicts, *actions, *drains])[:limit]
 
 
 def last_action(site: Site, node: str, action: str, outcome: str, detail_prefix: str = "") -> Action | None:
@@ -290,39 +413,45 @@ def last_action(site: Site, node: str, action: str, outcome: str, detail_prefix:
     return _action(row) if row else None
 
 
-def _offender_counts(conn: sqlite3.Connection, failures: int, since: str, until: str) -> dict[str, int]:
-    rows = conn.execute(
-        "SELECT node, COUNT(*) AS n FROM verdicts WHERE ok = 0 AND at BETWEEN ? AND ?"
-        " GROUP BY node HAVING n >= ? ORDER BY n DESC, node",
-        (since, until, failures),
-    )
-    return {node: count for node, count in rows}
+def _window_evidence(conn: sqlite3.Connection, since: str, until: str) -> dict[str, tuple[list[Verdict], list[Drain]]]:
+    """Per node: its failing verdicts from ``since`` to ``until``, and its failure drains that
+    overlap that time, newest first."""
+    found: dict[str, tuple[list[Verdict], list[Drain]]] = {}
+    order = "ORDER BY at DESC, id DESC"
+    for row in conn.execute(f"{_VERDICT} WHERE ok = 0 AND at BETWEEN ? AND ? {order}", (since, until)):
+        found.setdefault(row[0], ([], []))[0].append(_verdict(row))
+    overlap = "failure = 1 AND at <= ? AND (until IS NULL OR until >= ?)"
+    for row in conn.execute(f"{_DRAIN} WHERE {overlap} {order}", (until, since)):
+        found.setdefault(row[0], ([], []))[1].append(_drain(row))
+    return found
 
 
 def repeat_offenders(site: Site, failures: int, days: int, now: datetime) -> Offenders:
-    """Nodes with at least ``failures`` failing health runs in the ``days`` days up to ``now``
-    (each run counts once, however many of its checks failed)."""
+    """Nodes with at least ``failures`` failures in the ``days`` days up to ``now``: failing health
+    runs and failure drains, each failure once (failure_count)."""
     since, until = window(days, now)
     counts: dict[str, int] = {}
     if _exists(site):
         with _database(site) as conn:
-            counts = _offender_counts(conn, failures, since, until)
+            evidence = _window_evidence(conn, since, until)
+        counts = {node: failure_count(verdicts, drains) for node, (verdicts, drains) in evidence.items()}
+        counts = {node: n for node, n in sorted(counts.items(), key=lambda i: (-i[1], i[0])) if n >= failures}
     return Offenders(failures=failures, days=days, since=since, until=until, counts=counts)
 
 
 def rma_report(site: Site, failures: int, days: int, now: datetime) -> tuple[Offenders, list[RmaCase]]:
-    """The repeat offenders, and for each its failing verdicts and its actions in the window."""
+    """The repeat offenders, and for each its failing verdicts, failure drains and actions in the window."""
     offenders = repeat_offenders(site, failures, days, now)
     if not offenders.counts:
         return offenders, []
     span = "node = ? AND at BETWEEN ? AND ? ORDER BY at DESC, id DESC"
     cases = []
     with _database(site) as conn:
-        for node in offenders.counts:
-            window_args = (node, offenders.since, offenders.until)
-            failed = conn.execute(f"{_VERDICT} WHERE ok = 0 AND {span}", window_args)
-            actions = conn.execute(f"{_ACTION} WHERE {span}", window_args)
-            cases.append(RmaCase(node, tuple(map(_verdict, failed)), tuple(map(_action, actions))))
+        evidence = _window_evidence(conn, offenders.since, offenders.until)
+        for node, count in offenders.counts.items():
+            verdicts, drains = evidence[node]
+            actions = conn.execute(f"{_ACTION} WHERE {span}", (node, offenders.since, offenders.until))
+            cases.append(RmaCase(node, tuple(verdicts), tuple(map(_action, actions)), tuple(drains), count))
     return offenders, cases
 
 
@@ -356,5 +485,5 @@ def site_offenders(site: Site, now: datetime, warn: Callable[[str], None]) -> Of
 
 
 def rule(count: int, days: int) -> str:
-    """``>=3 failing health runs in 7 days``."""
-    return f">={counted(count, 'failing health run')} in {counted(days, 'day')}"
+    """``>=3 failures in 7 days``."""
+    return f">={counted(count, 'failure')} in {counted(days, 'day')}"
