@@ -1096,17 +1096,51 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
 
 
 def test_failure_history_names_the_repeat_offenders(lab: Path):
-    """Every `corectl health` above was recorded: the fault rounds failed both nodes, the Slurm
-    interval test failed e2e-dgx01 twice more (fabricmanager)."""
+    """Every `corectl health` above was recorded, and every drain Slurm's health program made (read from
+    Slurm's accounting): each fault round failed both nodes (a failing run, then the program's drain: one
+    failure), the Slurm interval test failed e2e-dgx01 once more (fabricmanager: two runs and slurmd's own
+    drain, one failure)."""
     history = corectl("history", "e2e-dgx01", "--inventory", str(lab), "--last", "5").stdout.splitlines()
-    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ +FAIL +fabricmanager: ", history[1]), history
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
+    # newest first: the drain slurmd made in the interval test (ended by the resume), then the runs before it
+    assert re.match(rf"{stamp} +DRAIN +corectl-health: fabricmanager: .*\(root\(0\), until ", history[1]), history
+    assert re.match(rf"{stamp} +FAIL +fabricmanager: ", history[2]), history
     data = json.loads(corectl("rma", "--inventory", str(lab), "--json").stdout)
     counts = {n["node"]: n["failures"] for n in data["nodes"]}
-    assert counts["e2e-dgx01"] >= len(ROUNDS) + 2 and counts["e2e-dgx02"] >= len(ROUNDS), counts
+    assert counts["e2e-dgx01"] >= len(ROUNDS) + 1 and counts["e2e-dgx02"] >= len(ROUNDS), counts
     seen = {c["name"] for n in data["nodes"] if n["node"] == "e2e-dgx02" for e in n["evidence"] for c in e["checks"]}
     assert {pair[1] for pair in ROUNDS} <= seen
+    drained = {
+        d["reason"].split(":")[1].strip() for n in data["nodes"] if n["node"] == "e2e-dgx01" for d in n["drains"]
+    }
+    assert {pair[0] for pair in ROUNDS} <= drained, drained  # Slurm's program drained it in each round
     status = corectl("status", "--inventory", str(lab)).stdout.splitlines()
-    assert status[-1].startswith("repeat offenders (>=3 failing health runs in 7 days): e2e-dgx01 ("), status
+    assert status[-1].startswith("repeat offenders (>=3 failures in 7 days): e2e-dgx01 ("), status
+
+
+def test_a_drain_by_slurms_own_health_program_is_in_the_history_and_counts(lab: Path):
+    """Issue 33: a drain no corectl command saw (slurmd's periodic run of the health program) reaches
+    `corectl history` and `corectl rma` through Slurm's accounting; an operator's drain is shown but is
+    no failure."""
+    args = ["--inventory", str(lab)]
+    before = json.loads(corectl("rma", *args, "--json", "--failures", "1").stdout)
+    counted_before = {n["node"]: n["failures"] for n in before["nodes"]}.get("e2e-dgx02", 0)
+    inject, clear = FAULTS["temperature"]
+    docker_exec(DGX2, "sh", "-c", inject)
+    try:
+        reason = wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r.startswith("drain|corectl-health: "), 120)
+        assert reason.startswith("drain|corectl-health: temperature: "), reason
+    finally:
+        docker_exec(DGX2, "sh", "-c", clear)
+    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 120) == "idle|none"
+    corectl("drain", "e2e-dgx02", *args, "--reason", "e2e: planned work")
+    corectl("resume", "e2e-dgx02", *args)
+    history = corectl("history", "e2e-dgx02", *args, "--last", "3").stdout
+    assert re.search(r"DRAIN +e2e: planned work \(root\(0\), until ", history), history
+    assert re.search(r"DRAIN +corectl-health: temperature: GPU 4 at 95 C .*\(root\(0\), until ", history), history
+    after = json.loads(corectl("rma", *args, "--json", "--failures", "1").stdout)
+    [node] = [n for n in after["nodes"] if n["node"] == "e2e-dgx02"]
+    assert node["failures"] == counted_before + 1, (counted_before, node)  # slurmd's drain; not the operator's
 
 
 def booted_at(container: str) -> str:

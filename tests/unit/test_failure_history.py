@@ -1,5 +1,6 @@
-"""Failure history: every health verdict and remediation action in inventories/<site>/.history.sqlite,
-repeat offenders, the RMA report, `corectl history NODE` and `corectl rma` (no Ansible, no nodes)."""
+"""Failure history: every health verdict, remediation action and Slurm drain in inventories/<site>/.history.sqlite,
+repeat offenders, the RMA report, `corectl history NODE` and `corectl rma` (no Ansible, no nodes: the Slurm state
+they read on the controller is given by the tests)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ from typer.testing import CliRunner
 from conftest import ROOT
 from corectl.ansible.runner import HostStats, RunRequest, RunResult
 from corectl.cli import app
+from corectl.commands import failures as failures_cmd
 from corectl.commands.failures import history_view, rma_json, rma_view
 from corectl.commands.status import status_table
 from corectl.errors import CorectlError
 from corectl.health import failures
 from corectl.health import report as health_mod
-from corectl.health.failures import Action, FailedCheck, Verdict, site_offenders, thresholds
+from corectl.health.failures import Action, Drain, FailedCheck, Verdict, site_offenders, thresholds
 from corectl.site import Site, groupvars
-from corectl.slurm import SlurmStatus
+from corectl.slurm import NodeEvent, SlurmStatus, parse_events
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 XID = "Xid 79 on GPU 3 (fallen off the bus)"
@@ -45,6 +47,20 @@ def report(node: str, *failed: tuple[str, str]) -> dict[str, Any]:
 @pytest.fixture
 def site(prod_copy: Path) -> Site:
     return Site(root=ROOT, directory=prod_copy)
+
+
+@pytest.fixture(autouse=True)
+def slurm_events(monkeypatch: pytest.MonkeyPatch) -> list[NodeEvent]:
+    """What `corectl history` and `corectl rma` read on the controller first: these events (none
+    unless a test adds some)."""
+    events: list[NodeEvent] = []
+    monkeypatch.setattr(failures_cmd, "render_site", lambda site, check_only: None)
+    monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda site: SlurmStatus(events=list(events)))
+    return events
+
+
+def no_warning(line: str) -> None:
+    raise AssertionError(f"unexpected warning: {line}")
 
 
 def rows(site: Site, sql: str) -> list[tuple[Any, ...]]:
@@ -105,11 +121,11 @@ def test_the_schema_has_a_version_and_the_file_is_in_wal_mode(site: Site):
     assert failures.node_history(site, "dgx01", 5) == []
     assert not site.history_db.exists()  # reading never creates the file
     failures.record_verdicts(site, {"dgx01": report("dgx01")}, NOW)
-    assert failures.SCHEMA_VERSION == 1
+    assert failures.SCHEMA_VERSION == 2
     assert rows(site, "PRAGMA user_version") == [(failures.SCHEMA_VERSION,)]
     assert rows(site, "PRAGMA journal_mode") == [("wal",)]
     tables = {name for (name,) in rows(site, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {"verdicts", "actions"}
+    assert tables == {"verdicts", "actions", "drains"}
 
 
 def test_a_file_from_a_newer_corectl_is_refused_in_one_line(site: Site):
@@ -126,8 +142,15 @@ def test_a_file_from_a_newer_corectl_is_refused_in_one_line(site: Site):
 def test_an_older_file_is_migrated_when_opened(site: Site):
     sqlite3.connect(site.history_db).close()  # an empty file: schema version 0
     fail_at(site, "dgx07", NOW, "r1")
-    assert rows(site, "PRAGMA user_version") == [(1,)]
+    assert rows(site, "PRAGMA user_version") == [(2,)]
     assert failures.repeat_offenders(site, 1, 7, NOW).counts == {"dgx07": 1}
+    # a file of version 1 (verdicts and actions) gains the drains and keeps its rows
+    with sqlite3.connect(site.history_db) as conn:
+        conn.execute("DROP TABLE drains")
+        conn.execute("PRAGMA user_version = 1")
+    assert failures.record_slurm_events(site, [NodeEvent("dgx07", 1795600000, None, "DRAIN", "root(0)", "x")]) == 1
+    assert rows(site, "PRAGMA user_version") == [(2,)]
+    assert rows(site, "SELECT COUNT(*) FROM verdicts") == [(1,)]
 
 
 # --------------------------------------------------------------------------- repeat offenders
@@ -212,9 +235,9 @@ def test_rma_text_at_80_columns(site: Site):
     rma_site(site)
     lines = lines_of(rma_view(site, *failures.rma_report(site, 3, 7, NOW)))
     assert all(len(line) <= 80 for line in lines), lines
-    assert lines[0] == "RMA: 2 candidates in prod (>=3 failing health runs in 7 days)"
-    assert lines[1] == "dgx07: 4 failing health runs"
-    rows_of_dgx07 = [line.split()[:4] for line in lines[2 : lines.index("dgx12: 3 failing health runs")]]
+    assert lines[0] == "RMA: 2 candidates in prod (>=3 failures in 7 days)"
+    assert lines[1] == "dgx07: 4 failures"
+    rows_of_dgx07 = [line.split()[:4] for line in lines[2 : lines.index("dgx12: 3 failures")]]
     assert [row for row in rows_of_dgx07 if row[0][:2] == "20"] == [
         ["2026-11-23", "10:00:00Z", "FAIL", "xid:"],
         ["2026-11-23", "09:00:00Z", "reset-gpu", "failed:"],  # the GPU reset tried after it
@@ -225,7 +248,7 @@ def test_rma_text_at_80_columns(site: Site):
     assert not any("long ago" in line for line in lines)  # an action before the window is no evidence
     assert not any(line.startswith(("dgx01", "dgx02")) for line in lines)
     none = lines_of(rma_view(site, *failures.rma_report(site, 5, 7, NOW)))
-    assert none == ["RMA: no candidate in prod (no node with >=5 failing health runs in 7 days)"]
+    assert none == ["RMA: no candidate in prod (no node with >=5 failures in 7 days)"]
 
 
 # --------------------------------------------------------------------------- corectl history NODE
@@ -237,9 +260,9 @@ def test_history_at_80_columns_one_row_per_entry_newest_first(site: Site):
         fail_at(site, node, NOW - timedelta(days=n), f"r{n}", ("xid", XID), ("ecc", ECC))
     failures.record_verdicts(site, {node: report(node)}, NOW - timedelta(days=3), "r3")
     failures.record_action(site, node, "drain", "ok", "corectl-health: xid: " + XID, NOW - timedelta(hours=1))
-    lines = lines_of(history_view(site, node, 20))
+    lines = lines_of(history_view(site, node, 20, no_warning))
     assert all(len(line) <= 80 for line in lines), lines
-    assert lines[0] == f"{node} in prod: 5 verdicts and actions, newest first"
+    assert lines[0] == f"{node} in prod: 5 verdicts, actions and drains, newest first"
     starts = [line.split()[:3] for line in lines[1:] if not line.startswith(" ")]
     assert starts == [
         ["2026-11-23", "10:00:00Z", "FAIL"],
@@ -250,10 +273,10 @@ def test_history_at_80_columns_one_row_per_entry_newest_first(site: Site):
     ]
     text = " ".join(" ".join(lines).split())
     assert f"xid: {XID}; ecc: GPU 3: 2 uncorrectable volatile ECC errors" in text
-    more = lines_of(history_view(site, node, 2), width=200)
-    assert more[0] == f"{node} in prod: 2 verdicts and actions, newest first (older ones: --last 4)"
-    assert lines_of(history_view(site, "dgx99", 20)) == [
-        "dgx99: no verdict or action recorded in prod (corectl health records them)"
+    more = lines_of(history_view(site, node, 2, no_warning), width=200)
+    assert more[0] == f"{node} in prod: 2 verdicts, actions and drains, newest first (older ones: --last 4)"
+    assert lines_of(history_view(site, "dgx99", 20, no_warning)) == [
+        "dgx99: nothing recorded in prod (corectl health records verdicts)"
     ]
 
 
@@ -264,7 +287,7 @@ def test_cli_history_and_rma(site: Site):
     runner = CliRunner()
     shown = runner.invoke(app, ["history", "dgx07", "--inventory", str(site.directory), "--last", "2"])
     assert shown.exit_code == 0, shown.output
-    assert shown.stdout.splitlines()[0].startswith("dgx07 in prod: 2 verdicts and actions, newest first")
+    assert shown.stdout.splitlines()[0].startswith("dgx07 in prod: 2 verdicts, actions and drains, newest first")
     assert len(shown.stdout.splitlines()) == 3
     data = json.loads(runner.invoke(app, ["rma", "--inventory", str(site.directory), "--json"]).stdout)
     assert [(n["node"], n["failures"]) for n in data["nodes"]] == [("dgx07", 3)]
@@ -329,10 +352,10 @@ def test_status_names_the_repeat_offenders_it_knows(site: Site):
     offenders = failures.repeat_offenders(site, 3, 7, NOW)
     states = {f"dgx{i:02d}": ("idle", "none") for i in range(1, 12)}  # dgx12: no longer in Slurm
     lines = lines_of(status_table(SlurmStatus(states=states), {}, offenders))
-    assert lines[-1] == "repeat offenders (>=3 failing health runs in 7 days): dgx07 (4)"
+    assert lines[-1] == "repeat offenders (>=3 failures in 7 days): dgx07 (4)"
     states["dgx12"] = ("drain", "corectl-health: gpu-count")
     lines = lines_of(status_table(SlurmStatus(states=states), {}, offenders))
-    assert lines[-1] == "repeat offenders (>=3 failing health runs in 7 days): dgx07 (4), dgx12 (3)"
+    assert lines[-1] == "repeat offenders (>=3 failures in 7 days): dgx07 (4), dgx12 (3)"
     assert not any("repeat" in line for line in lines_of(status_table(SlurmStatus(states=states), {})))
 
 
@@ -443,3 +466,119 @@ def test_corectl_health_warns_but_reports_when_the_history_is_unwritable(site: S
     assert "health: 2 nodes checked, 1 passed, 1 failed" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: failure history")]
     assert len(warnings) == 1, result.stderr
+
+
+# --------------------------------------------------------------------------- Slurm's drains (issue 33)
+
+# `sacctmgr -n -P show event format=NodeName,TimeStart,TimeEnd,State,User,Reason states=drain,down` with
+# SLURM_TIME_FORMAT=%s, as Slurm 22.05 printed it in the lab (its cluster's own lines have no node)
+SACCTMGR = """|1795653858|1795653963|||Cluster Registered TRES
+e2e-dgx03|1795653971|1795654043|DRAIN*|root(0)|corectl add-node: not yet checked
+e2e-dgx01|1795660000|Unknown|DRAIN|root(0)|corectl-health: xid: XID 119 on PCI:0000:9a:00: Timeout | and more
+"""
+T0 = int(NOW.timestamp())
+
+
+def test_slurms_events_are_read_from_sacctmgr():
+    assert parse_events(SACCTMGR.splitlines()) == [
+        NodeEvent("e2e-dgx03", 1795653971, 1795654043, "DRAIN*", "root(0)", "corectl add-node: not yet checked"),
+        NodeEvent("e2e-dgx01", 1795660000, None, "DRAIN", "root(0)",
+                  "corectl-health: xid: XID 119 on PCI:0000:9a:00: Timeout | and more"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reason", "user", "failure"),
+    [
+        ("corectl-health: xid: XID 119 on PCI:0000:9a:00", "root(0)", True),  # Slurm's health program
+        ("corectl-epilog: job 12 left pid 4242 (python) on GPU 3, still there after SIGKILL", "root(0)", True),
+        ("corectl: needs hardware service (xid)", "root(0)", True),  # heal gave up
+        ("Not responding", "slurm(64030)", True),  # Slurm itself
+        ("Kill task failed", "slurm(64030)", True),
+        ("DIMM swap", "root(0)", False),  # an operator's
+        ("corectl upgrade drivers: 580.105.08", "root(0)", False),
+        ("corectl add-node: not yet checked", "root(0)", False),
+    ],
+)
+def test_a_drain_is_a_failure_or_planned_work(reason: str, user: str, failure: bool):
+    assert failures.is_failure(reason, user) is failure
+
+
+def test_slurms_drains_are_kept_once_and_their_end_updated(site: Site):
+    still = NodeEvent("dgx07", T0, None, "DRAIN", "root(0)", "corectl-health: xid: XID 119")
+    assert failures.record_slurm_events(site, [still]) == 1
+    ended = still._replace(end=T0 + 600, state="DRAIN*")
+    assert failures.record_slurm_events(site, [ended]) == 0
+    assert failures.node_history(site, "dgx07", 5) == [
+        Drain("dgx07", "2026-11-23T10:00:00Z", "2026-11-23T10:10:00Z", "DRAIN*", "root(0)",
+              "corectl-health: xid: XID 119", True),
+    ]  # fmt: skip
+
+
+def drain(node: str, start: datetime, minutes: int | None, reason: str, user: str = "root(0)") -> NodeEvent:
+    end = None if minutes is None else int(start.timestamp()) + minutes * 60
+    return NodeEvent(node, int(start.timestamp()), end, "DRAIN", user, reason)
+
+
+def test_each_failure_counts_once_and_planned_drains_not_at_all(site: Site):
+    hook = "corectl-health: xid: XID 119"
+    events = [
+        # dgx01: `corectl health` saw it 5 minutes before Slurm's program drained the node, and the drain's
+        # reason changed once (a new event, back to back): one failure; a second one days later: two
+        drain("dgx01", NOW - timedelta(days=2), 30, hook),
+        drain("dgx01", NOW - timedelta(days=2) + timedelta(minutes=30), 60, "corectl-health: fabric: not done"),
+        drain("dgx01", NOW - timedelta(hours=5), None, hook),
+        # dgx02: planned work only, and a failing run an hour before an operator's drain: one failure
+        drain("dgx02", NOW - timedelta(days=1), 120, "DIMM swap"),
+        drain("dgx02", NOW - timedelta(days=3), 60, "corectl upgrade drivers: 580.105.08"),
+        # dgx03: Slurm's own (not responding), and a failing run 20 minutes before it: two
+        drain("dgx03", NOW - timedelta(hours=2), 10, "Not responding", "slurm(64030)"),
+    ]
+    failures.record_slurm_events(site, events)
+    fail_at(site, "dgx01", NOW - timedelta(days=2, minutes=5), "a1")
+    fail_at(site, "dgx01", NOW - timedelta(days=2) + timedelta(minutes=45), "a2")  # during the stretch
+    fail_at(site, "dgx02", NOW - timedelta(days=1, hours=1), "b1")
+    fail_at(site, "dgx03", NOW - timedelta(hours=2, minutes=20), "c1")
+    assert failures.repeat_offenders(site, 1, 7, NOW).counts == {"dgx01": 2, "dgx03": 2, "dgx02": 1}
+    _, cases = failures.rma_report(site, 2, 7, NOW)
+    assert [(c.node, c.count, len(c.failures), len(c.drains)) for c in cases] == [
+        ("dgx01", 2, 2, 3),
+        ("dgx03", 2, 1, 1),
+    ]
+
+
+def test_history_and_rma_show_the_drains_slurm_recorded(site: Site, slurm_events: list[NodeEvent]):
+    now = datetime.now(UTC).replace(microsecond=0)
+    slurm_events += [
+        drain("dgx07", now - timedelta(hours=3), 60, "corectl-health: xid: XID 119 on PCI:0000:9a:00"),
+        drain("dgx07", now - timedelta(minutes=105), 30, "corectl-health: ecc: GPU 1: row remap pending"),
+        drain("dgx07", now - timedelta(hours=1), None, "DIMM swap"),
+    ]
+    fail_at(site, "dgx07", now - timedelta(hours=6), "r1")
+    runner = CliRunner()
+    shown = runner.invoke(app, ["history", "dgx07", "--inventory", str(site.directory)], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    lines = [line.rstrip() for line in shown.stdout.splitlines()]
+    assert lines[0] == "dgx07 in prod: 4 verdicts, actions and drains, newest first"
+    assert [line.split()[2] for line in lines[1:]] == ["DRAIN", "DRAIN", "DRAIN", "FAIL"]
+    assert lines[1].endswith("DIMM swap (root(0), still)")
+    assert "corectl-health: xid: XID 119 on PCI:0000:9a:00 (root(0), until " in lines[3]
+    data = json.loads(runner.invoke(app, ["rma", "--inventory", str(site.directory), "--json"]).stdout)
+    [dgx07] = data["nodes"]
+    assert dgx07["failures"] == 3  # the run, and Slurm's two drains (not back to back); the operator's is none
+    assert [d["reason"][:18] for d in dgx07["drains"]] == ["corectl-health: ec", "corectl-health: xi"]
+
+
+def test_history_without_the_controller_warns_and_shows_what_is_kept(site: Site, monkeypatch: pytest.MonkeyPatch):
+    def unreachable(site: Site) -> SlurmStatus:
+        raise CorectlError("could not read the Slurm state from the controller (unreachable head01)")
+
+    monkeypatch.setattr(failures_cmd, "read_slurm_status", unreachable)
+    fail_at(site, "dgx07", NOW, "r1")
+    said: list[str] = []
+    lines = lines_of(history_view(site, "dgx07", 5, said.append))
+    assert said == [
+        "warning: Slurm's drains not read, the history is shown as kept: could not read the Slurm state from the"
+        " controller (unreachable head01)"
+    ]
+    assert lines[0] == "dgx07 in prod: 1 verdicts, actions and drains, newest first"

@@ -103,7 +103,7 @@ def history_view(site: Site, node: str, last: int, warn: Warn) -> RenderableType
     sync_drains(site, warn)
     entries = failures.node_history(site, node, last + 1)  # one more: are there older ones?
     if not entries:
-        return Text(f"{node}: no verdict, action or drain recorded in {site.name} (corectl health records them)")
+        return Text(f"{node}: nothing recorded in {site.name} (corectl health records verdicts)")
     shown = entries[:last]
     more = f" (older ones: --last {last * 2})" if len(entries) > last else ""
     title = Text(f"{node} in {site.name}: {len(shown)} verdicts, actions and drains, newest first{more}", style="bold")
