@@ -1,4 +1,4 @@
-"""Commands that show the cluster's state: health, status, history, rma."""
+"""Commands that show the cluster's state: health, status, history, rma, report."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from corectl.cli import policy
+from corectl.cli import options, policy
 from corectl.cli.app import app, err, out
 from corectl.cli.options import InventoryOpt, JsonOpt, LastOpt, LimitOpt
 
@@ -67,9 +67,7 @@ def rma(
         int | None,
         typer.Option(min=1, help="failures that make a repeat offender (default: group_vars, 3)"),
     ] = None,
-    days: Annotated[
-        int | None, typer.Option(min=1, help="in this many days up to now (default: group_vars, 7)")
-    ] = None,
+    days: Annotated[int | None, options.days("in this many days up to now (default: group_vars, 7)")] = None,
 ) -> None:
     """Nodes to send back (repeat offenders: failing health runs and failure drains), with the evidence."""
     from datetime import UTC, datetime
@@ -83,3 +81,23 @@ def rma(
         print(json.dumps(rma_json(site, offenders, cases), indent=2))
     else:
         out.print(rma_view(site, offenders, cases))
+
+
+@app.command()
+def report(
+    inventory: InventoryOpt = None,
+    json_out: JsonOpt = False,
+    days: Annotated[int, options.days("the period: this many days up to now")] = 30,
+) -> None:
+    """Reliability figures: failures, MTBF, MTTR, availability and failures per 1,000 node-days, per node and class."""
+    from datetime import UTC, datetime
+
+    from corectl.commands.failures import report as reliability_report
+    from corectl.commands.failures import report_json, report_view
+
+    site = policy.site(inventory)
+    figures, judged = reliability_report(site, datetime.now(UTC), days, policy.warn)
+    if json_out:
+        print(json.dumps(report_json(site, figures, judged), indent=2))
+    else:
+        out.print(report_view(site, figures, judged))

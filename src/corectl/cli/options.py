@@ -67,3 +67,8 @@ def login_user(help: str) -> Any:
 def address(help: str) -> Any:
     """``--address IP``: the address of what the command adds or serves."""
     return typer.Option("--address", metavar="IP", help=help)
+
+
+def days(help: str) -> Any:
+    """``--days N``: a period of N days up to now; what it bounds is the command's."""
+    return typer.Option("--days", min=1, metavar="N", help=help)

@@ -1,4 +1,5 @@
-"""history NODE and rma: a node's verdicts, actions and drains, and the nodes to send back (corectl.health.failures).
+"""history NODE, rma and report: a node's verdicts, actions and drains, the nodes to send back, and the
+reliability figures of a period (corectl.health.failures, corectl.health.reliability).
 
 Both first copy the drains and downs Slurm's accounting recorded (whoever made them: Slurm's health
 program, heal, an operator, an upgrade) from the controller into the history; a controller that
@@ -12,9 +13,10 @@ drain, each failure counted once (corectl.health.failures.failure_count); planne
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+import yaml
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -22,9 +24,11 @@ from rich.text import Text
 from corectl.errors import CorectlError
 from corectl.health import failures
 from corectl.health.failures import Action, Drain, Entry, Offenders, RmaCase, Verdict, rule, thresholds
-from corectl.health.report import failed_checks
-from corectl.site import Site, require_cluster_file
+from corectl.health.reliability import Figures, Reliability, reliability
+from corectl.health.report import CHECK_ORDER, failed_checks
+from corectl.site import Site, groupvars, require_cluster_file
 from corectl.site.inventory import render_site
+from corectl.site.loader import load_cluster
 from corectl.slurm import read_slurm_status
 from corectl.words import counted
 
@@ -163,4 +167,110 @@ def rma_json(site: Site, offenders: Offenders, cases: list[RmaCase]) -> dict[str
             }
             for case in cases
         ],
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(site: Site, now: datetime, days: int, warn: Warn) -> tuple[Reliability, dict[str, Any]]:
+    """The reliability figures of the ``days`` days up to ``now``, and the health checks' order and
+    thresholds they were judged by."""
+    require_cluster_file(site)
+    sync_drains(site, warn)
+    since, until = failures.window(days, now)
+    computes = [node.name for node in load_cluster(site.directory).nodes if "compute" in node.roles]
+    evidence = failures.window_evidence(site, since, until)
+    figures = reliability(computes, evidence, failures.parse_stamp(since), failures.parse_stamp(until))
+    return figures, {"checks": list(CHECK_ORDER[2:]), "thresholds": health_thresholds(site)}
+
+
+def health_thresholds(site: Site) -> dict[str, Any]:
+    """The node_health role's numeric settings as the site's runs get them: the role's defaults, then
+    group_vars (a value computed per node from cluster.yml, its profile and fabric: "per node")."""
+    defaults = yaml.safe_load((site.root / "roles" / "node_health" / "defaults" / "main.yml").read_text()) or {}
+    values = {**defaults, **groupvars.all_vars(site)}
+    return {
+        key: value if is_number(value) else "per node"
+        for key, value in sorted(values.items())
+        if key.startswith("node_health_") and (is_number(value) or (isinstance(value, str) and "{{" in value))
+    }
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def hours(value: timedelta | None) -> str:
+    return "-" if value is None else f"{value / timedelta(hours=1):.2f} h"
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.3f}%"
+
+
+def _row(f: Figures, *, availability: bool) -> list[str]:
+    cells = [f.name, str(f.failures), hours(f.mtbf), hours(f.mttr)]
+    return [*cells, percent(f.availability) if availability else f"{f.per_1000_node_days:.2f}"]
+
+
+def report_view(site: Site, figures: Reliability, judged: dict[str, Any]) -> RenderableType:
+    """The fleet's figures, then by class and by node; the checks and thresholds at the end."""
+    fleet = figures.fleet
+    assert fleet is not None
+    span = figures.until - figures.since
+    title = Text(
+        f"reliability of {site.name}, {shown_time(failures.stamp(figures.since))} to "
+        f"{shown_time(failures.stamp(figures.until))} ({span / timedelta(days=1):g} days, "
+        f"{counted(figures.node_count, 'node')})",
+        style="bold",
+    )
+    summary = Text(
+        f"all nodes: {counted(fleet.failures, 'failure')}, MTBF {hours(fleet.mtbf)}, MTTR {hours(fleet.mttr)}, "
+        f"availability {percent(fleet.availability)}, {fleet.per_1000_node_days:.2f} failures per 1,000 node-days"
+    )
+    parts: list[RenderableType] = [title, summary]
+    if figures.classes:
+        by_class = Table("class", "failures", "MTBF", "MTTR", "per 1,000 node-days", title="by failure class")
+        for cls in figures.classes:
+            by_class.add_row(*_row(cls, availability=False))
+        parts.append(by_class)
+    by_node = Table("node", "failures", "MTBF", "MTTR", "availability", title="by node")
+    for node in figures.nodes:
+        by_node.add_row(*_row(node, availability=True))
+    parts.append(by_node)
+    thresholds = ", ".join(f"{key.removeprefix('node_health_')} {value}" for key, value in judged["thresholds"].items())
+    parts.append(Text(f"checks, in order: {', '.join(judged['checks'])}", style="dim"))
+    parts.append(Text(f"thresholds: {thresholds}", style="dim"))
+    return Group(*parts)
+
+
+def _figures_json(f: Figures) -> dict[str, Any]:
+    def seconds(value: timedelta | None) -> float | None:
+        return None if value is None else value.total_seconds()
+
+    return {
+        "name": f.name,
+        "failures": f.failures,
+        "repaired": f.repaired,
+        "down_s": f.down.total_seconds(),
+        "mtbf_s": seconds(f.mtbf),
+        "mttr_s": seconds(f.mttr),
+        "availability": f.availability,
+        "failures_per_1000_node_days": f.per_1000_node_days,
+    }
+
+
+def report_json(site: Site, figures: Reliability, judged: dict[str, Any]) -> dict[str, Any]:
+    """``{site, since, until, nodes: N, fleet, classes, by_node, checks, thresholds}``."""
+    assert figures.fleet is not None
+    return {
+        "site": site.name,
+        "since": failures.stamp(figures.since),
+        "until": failures.stamp(figures.until),
+        "node_count": figures.node_count,
+        "fleet": _figures_json(figures.fleet),
+        "classes": [_figures_json(c) for c in figures.classes],
+        "by_node": [_figures_json(n) for n in figures.nodes],
+        **judged,
     }

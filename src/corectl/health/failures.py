@@ -426,6 +426,15 @@ def _window_evidence(conn: sqlite3.Connection, since: str, until: str) -> dict[s
     return found
 
 
+def window_evidence(site: Site, since: str, until: str) -> dict[str, tuple[list[Verdict], list[Drain]]]:
+    """Per node: its failing verdicts from ``since`` to ``until`` and its failure drains that
+    overlap that time, newest first (nothing when there is no history)."""
+    if not _exists(site):
+        return {}
+    with _database(site) as conn:
+        return _window_evidence(conn, since, until)
+
+
 def repeat_offenders(site: Site, failures: int, days: int, now: datetime) -> Offenders:
     """Nodes with at least ``failures`` failures in the ``days`` days up to ``now``: failing health
     runs and failure drains, each failure once (failure_count)."""

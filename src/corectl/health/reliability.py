@@ -1,0 +1,151 @@
+"""Reliability figures over a period, from the failure history: per node and per failure class,
+failures, mean time between failures, mean time to repair, availability, failures per 1,000
+node-days.
+
+Definitions (docs/operations.md says them to operators):
+- the period is [since, until]; P is its length;
+- a failure is a stretch of failure drains of one node (back to back or overlapping drains are one
+  stretch, whatever their reasons became), or a failing health run that is not within one (nor in
+  the SAME_FAILURE_LEAD before its start): corectl.health.failures.failure_count's rule;
+- a stretch's class is the check its first drain names (``corectl-health: xid: ...`` is ``xid``,
+  heal's ``needs hardware service (xid)`` too), ``gpu-handover`` for the epilog's drains, and
+  ``slurm: <reason>`` for Slurm's own; a failing run's class is its first failing check;
+- down time is the time a node spent in failure stretches within the period (a stretch still open
+  counts up to ``until``); planned drains are up time;
+- per node: MTBF = (P - down) / failures, MTTR = down / stretches (a failing run alone has no
+  repair time), availability = (P - down) / P;
+- per class and for the fleet, over N nodes (the site's compute nodes and any other node with a
+  record): MTBF = (N x P - all down time) / failures, MTTR = the class's down time / its stretches,
+  failures per 1,000 node-days = 1,000 x failures / (N x P in days).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from corectl.health.failures import SAME_FAILURE_LEAD, Drain, Verdict, parse_stamp
+
+HEALTH = re.compile(r"^corectl-health: ([a-z0-9-]+):")
+SERVICE = re.compile(r"^corectl: needs hardware service \(([a-z0-9-]+)\)")
+
+
+def failure_class(reason: str) -> str:
+    """The class of a failure drain, from its reason."""
+    found = HEALTH.match(reason) or SERVICE.match(reason)
+    if found:
+        return found.group(1)
+    if reason.startswith("corectl-epilog:"):
+        return "gpu-handover"
+    return f"slurm: {reason.strip() or 'no reason'}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failure of one node: when it began, its class, and its repair time in the period
+    (None: a failing health run alone, no repair time known)."""
+
+    node: str
+    at: datetime
+    cls: str
+    down: timedelta | None
+
+
+def node_failures(
+    node: str, verdicts: Iterable[Verdict], drains: Iterable[Drain], since: datetime, until: datetime
+) -> list[Failure]:
+    """The node's failures in [since, until], oldest first (see the module's definitions)."""
+    stretches: list[tuple[datetime, datetime | None, str]] = []
+    for drain in sorted((d for d in drains if d.failure), key=lambda d: d.at):
+        start, end = parse_stamp(drain.at), parse_stamp(drain.until) if drain.until else None
+        if stretches and (stretches[-1][1] is None or start <= stretches[-1][1]):
+            first, last, cls = stretches[-1]
+            stretches[-1] = (first, None if end is None or last is None else max(end, last), cls)
+        else:
+            stretches.append((start, end, failure_class(drain.reason)))
+    found = []
+    for start, end, cls in stretches:
+        stop = min(end or until, until)
+        if stop >= since and start <= until:
+            found.append(Failure(node, start, cls, stop - max(start, since)))
+
+    def covered(at: datetime) -> bool:
+        return any(start - SAME_FAILURE_LEAD <= at and (end is None or at <= end) for start, end, _ in stretches)
+
+    for verdict in verdicts:
+        at = parse_stamp(verdict.at)
+        if not verdict.ok and since <= at <= until and not covered(at):
+            found.append(Failure(node, at, verdict.failed[0].name if verdict.failed else "health", None))
+    return sorted(found, key=lambda f: f.at)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Failures, down time and the figures of one node, one class or the fleet."""
+
+    name: str
+    failures: int
+    repaired: int  # failures with a repair time (drain stretches)
+    down: timedelta
+    mtbf: timedelta | None  # None: no failure
+    mttr: timedelta | None  # None: nothing repaired
+    availability: float | None  # a class has none
+    per_1000_node_days: float
+
+
+@dataclass
+class Reliability:
+    since: datetime
+    until: datetime
+    nodes: list[Figures] = field(default_factory=list)
+    classes: list[Figures] = field(default_factory=list)
+    fleet: Figures | None = None
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+
+def _figures(name: str, found: list[Failure], up_time: timedelta, node_days: float, span: timedelta | None) -> Figures:
+    repaired = [f.down for f in found if f.down is not None]
+    down = sum(repaired, timedelta())
+    return Figures(
+        name=name,
+        failures=len(found),
+        repaired=len(repaired),
+        down=down,
+        mtbf=up_time / len(found) if found else None,
+        mttr=down / len(repaired) if repaired else None,
+        availability=None if span is None else (span - down) / span,
+        per_1000_node_days=1000 * len(found) / node_days if node_days else 0.0,
+    )
+
+
+def reliability(
+    nodes: Iterable[str],
+    evidence: dict[str, tuple[list[Verdict], list[Drain]]],
+    since: datetime,
+    until: datetime,
+) -> Reliability:
+    """The figures of the period for ``nodes`` (plus any node ``evidence`` names)."""
+    period = until - since
+    names = sorted(set(nodes) | set(evidence))
+    by_node = {n: node_failures(n, *evidence.get(n, ([], [])), since, until) for n in names}
+    one_day = timedelta(days=1)
+    result = Reliability(since, until)
+    for name in names:
+        found = by_node[name]
+        down = sum((f.down for f in found if f.down is not None), timedelta())
+        result.nodes.append(_figures(name, found, period - down, period / one_day, period))
+    everything = [f for found in by_node.values() for f in found]
+    fleet_time = period * len(names)
+    fleet_up = fleet_time - sum((f.down for f in everything if f.down is not None), timedelta())
+    node_days = fleet_time / one_day
+    for cls in sorted({f.cls for f in everything}):
+        of_class = [f for f in everything if f.cls == cls]
+        result.classes.append(_figures(cls, of_class, fleet_up, node_days, None))
+    result.classes.sort(key=lambda c: (-c.failures, c.name))
+    result.fleet = _figures("all nodes", everything, fleet_up, node_days, fleet_time)
+    return result
