@@ -118,6 +118,9 @@ VARIANTS = [
         "profiles.dgx-h100.gpus.sockets",
         "socket 2 does not exist (the profile has 2, from 0)",
     ),
+    # issue 33: the site's Xid classes
+    ("{63: application}", "{63: harmless}", "health.xid_classes.63", "should be 'ignore', 'application' or 'hardware'"),
+    ("{63: application}", "{-5: application}", "health.xid_classes.-5", "greater than or equal to 1"),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

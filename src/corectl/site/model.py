@@ -282,6 +282,21 @@ class Monitoring(Strict):
     retention: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[hdwy]$")] = "15d"
 
 
+XidNumber = Annotated[int, Field(ge=1, le=999)]
+XidClass = Literal["ignore", "application", "hardware"]
+
+
+class Health(Strict):
+    """The health checks' site policy (issue 33). NVIDIA's Xid catalog (group_vars/all/xid.yml)
+    classes each Xid by its immediate action; a site names other classes here."""
+
+    xid_classes: dict[XidNumber, XidClass] = Field(
+        default_factory=dict,
+        description="Xid -> ignore (drains nothing), application (reported, not drained) or hardware (drained "
+        "and kept until heal or corectl resume), over the class NVIDIA's catalog gives it",
+    )
+
+
 class RunnerHost(Strict):
     """A runner host: runs shards of a run with `ansible-runner worker` (docs/scale.md)."""
 
@@ -325,6 +340,7 @@ class ClusterConfig(Strict):
     users: list[User] = Field(default_factory=list)
     cephfs: Cephfs | None = None
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    health: Health = Field(default_factory=Health)
     control: Control | None = None
 
 
