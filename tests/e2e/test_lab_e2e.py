@@ -6,6 +6,7 @@ Needs Docker and root (the lab starts the engine and builds the image when missi
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import random
@@ -1187,8 +1188,14 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
     assert booted_at(DGX2) != before  # the reboot really happened (and the kernel log began anew)
     for node in ("e2e-dgx01", "e2e-dgx02"):
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 90) == "idle|none"
-    history = corectl("history", "e2e-dgx02", *args, "--last", "4").stdout
+    history = corectl("history", "e2e-dgx02", *args, "--last", "6").stdout
     assert "heal: reboot" in history and "heal: resumed" in history, history
+    # before the reboot erased them, heal kept the node's kernel log and nvidia-bug-report.sh's report
+    [kept] = [line for line in history.splitlines() if "heal: evidence" in line]
+    folder = Path(re.search(r"before reboot: (\S+) \(", " ".join(history.split())).group(1))  # type: ignore[union-attr]
+    assert "NVRM: Xid (PCI:0000:3a:00): 79, " in (folder / "kernel.log").read_text(), kept
+    with gzip.open(folder / "nvidia-bug-report.log.gz", "rt") as report:
+        assert report.readline().startswith("Start of NVIDIA bug report log file"), folder
 
     # 1b. a pending row remap on dgx02: a GPU reset (its clients stopped and started again) clears it
     docker_exec(DGX2, "gpu-sim", "fault", "ecc", "--gpu", "1")
@@ -1228,9 +1235,10 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
         assert row == ["resumed", "gpu-count: the checks pass after power-cycle"], row
         assert booted_at(DGX1) != before
         assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
-        steps = corectl("history", "e2e-dgx01", *args, "--last", "6").stdout
+        steps = corectl("history", "e2e-dgx01", *args, "--last", "12").stdout
         actions = [a for line in steps.splitlines() for a in re.findall(r"heal: [a-z -]+?(?=  )", line)]
-        assert actions == ["heal: resumed", "heal: power-cycle", "heal: reboot"], steps
+        ladder = ["heal: resumed", "heal: power-cycle", "heal: evidence", "heal: reboot", "heal: evidence"]
+        assert actions[:5] == ladder, steps
 
         # 3b. a dead GPU (the window off, or it would go straight to service) exhausts the ladder:
         # reboot, power cycle, left for hardware service, alerted, in the RMA report

@@ -188,12 +188,13 @@ def driver_package(version: str) -> Package:
     pkg = Package(
         f"cuda-drivers-{branch}",
         f"{version}-1",
-        f"NVIDIA driver {version}: nvidia-smi and nvidia-persistenced",
+        f"NVIDIA driver {version}: nvidia-smi, nvidia-persistenced and nvidia-bug-report.sh",
         depends=["gpu-sim"],
         conflicts=others,
     )
     pkg.add_source("/usr/bin/nvidia-smi", "driver/nvidia_smi.py", 0o755)
     pkg.add_source("/usr/bin/nvidia-persistenced", "driver/nvidia_persistenced.py", 0o755)
+    pkg.add_source("/usr/bin/nvidia-bug-report.sh", "driver/nvidia_bug_report.py", 0o755)
     pkg.add("/usr/lib/gpu-sim/driver-version", version + "\n")
     pkg.add_source("/lib/systemd/system/nvidia-persistenced.service", "driver/nvidia-persistenced.service")
     # The running (loaded) driver only changes on reload/reboot, except on a first install.

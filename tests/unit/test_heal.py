@@ -205,6 +205,7 @@ class SimulatedCluster:
         self.stubborn: set[str] = set()  # nodes no step fixes
         self.jobs = jobs or {}
         self.steps: list[tuple[str, tuple[str, ...]]] = []
+        self.evidence: list[tuple[str, ...]] = []  # nodes whose evidence was kept, run by run
         self.health_runs: list[tuple[str, ...]] = []
 
     def status(self, *_: Any) -> SlurmStatus:
@@ -221,7 +222,14 @@ class SimulatedCluster:
             reports[node] = {"node": node, "ok": not fault, "checks": [*checks, {"name": "clock", "status": "pass"}]}
         return HealthResult(reports)
 
-    def step(self, step: str, nodes: list[str]) -> dict[str, str]:
+    def step(self, step: str, nodes: list[str], **extravars: str) -> dict[str, str]:
+        if step == "evidence":  # what playbooks/heal.yml's evidence step leaves on the control host
+            self.evidence.append(tuple(nodes))
+            for node in nodes:
+                kept = Path(extravars["corectl_heal_evidence_dir"]) / node
+                kept.mkdir(parents=True, exist_ok=True)
+                (kept / "kernel.log").write_text(f"NVRM: Xid (PCI:0000:18:00): 79, {node}\n")
+            return {}
         self.steps.append((step, tuple(nodes)))
         for node in nodes:
             if node not in self.stubborn and self.faults.get(node) in self.FIXES.get(step, ()):
@@ -244,7 +252,9 @@ def simulate(site: Site, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(heal_cmd, "read_slurm_status", sim.status)
         monkeypatch.setattr(heal_cmd, "health", sim.health)
         monkeypatch.setattr(heal_cmd, "state_run", sim.state_run)
-        monkeypatch.setattr(heal_cmd.Healer, "playbook_step", lambda _self, step, nodes: sim.step(step, nodes))
+        monkeypatch.setattr(
+            heal_cmd.Healer, "playbook_step", lambda _self, step, nodes, **extravars: sim.step(step, nodes, **extravars)
+        )
         monkeypatch.setattr(heal_cmd.Healer, "power_cycle", lambda _self, nodes: sim.step("power-cycle", nodes))
         return sim
 
@@ -276,7 +286,18 @@ def test_heal_walks_each_ladder_checks_after_every_step_and_resumes_what_passes(
     assert outcomes["dgx03"].detail == "gpu-count: the checks pass after power-cycle"
     assert sim.reasons == {"dgx01": "none", "dgx02": "none", "dgx03": "none", "dgx04": "replacing a PSU (ops-1234)"}
     actions = [(e.action, e.outcome) for e in reversed(failures.node_history(site, "dgx03"))]
-    assert actions == [("heal: reboot", "ok"), ("heal: power-cycle", "ok"), ("heal: resumed", "ok")]
+    assert actions == [
+        ("heal: evidence", "ok"),  # kept before the reboot ...
+        ("heal: reboot", "ok"),
+        ("heal: evidence", "ok"),  # ... and before the power cycle; a restart erases nothing
+        ("heal: power-cycle", "ok"),
+        ("heal: resumed", "ok"),
+    ]
+    assert sim.evidence == [("dgx02", "dgx03"), ("dgx03",)]
+    kept = [e for e in failures.node_history(site, "dgx03") if getattr(e, "action", "") == "heal: evidence"][-1]
+    assert kept.detail.startswith(f"before reboot: {site.evidence_dir}/") and kept.detail.endswith(
+        "/dgx03 (kernel.log)"
+    )
 
 
 def test_a_node_the_ladder_cannot_fix_is_drained_for_hardware_service(site: Site, simulate) -> None:

@@ -83,14 +83,14 @@ class Healer:
         reports = health(self.site, self.console, limit=",".join(nodes)).nodes
         return {node: rules.first_failed(reports[node]) if node in reports else "reachable" for node in nodes}
 
-    def playbook_step(self, step: str, nodes: list[str]) -> dict[str, str]:
+    def playbook_step(self, step: str, nodes: list[str], **extravars: str) -> dict[str, str]:
         """Run one step of playbooks/heal.yml; node -> why it failed."""
         request = RunRequest(
             site=self.site,
             playbook="heal.yml",
             command=f"heal {step} {hostlist.compress(nodes)}",
             limit=",".join(nodes),
-            extravars={"corectl_heal_step": step},
+            extravars={"corectl_heal_step": step, **extravars},
             secrets=False,
             fan_out=False,  # the steps run from here, node by node
         )
@@ -118,7 +118,21 @@ class Healer:
                 failed.update(self.playbook_step("wait-for-boot", back))
         return failed
 
+    def keep_evidence(self, step: str, nodes: list[str]) -> None:
+        """Before ``step`` erases it: each node's kernel log and nvidia-bug-report.sh's report (where the
+        driver has it), kept in the site's .evidence/<time>/<node>/ and named in its history."""
+        folder = self.site.evidence_dir / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        failed = self.playbook_step("evidence", nodes, corectl_heal_evidence_dir=str(folder))
+        for node in nodes:
+            kept = sorted(path.name for path in (folder / node).glob("*"))
+            if node in failed or not kept:
+                self.record(node, "heal: evidence", "failed", f"before {step}: {failed.get(node, 'nothing kept')}")
+            else:
+                self.record(node, "heal: evidence", rules.OK, f"before {step}: {folder / node} ({', '.join(kept)})")
+
     def run_step(self, step: str, nodes: list[str]) -> None:
+        if step in rules.ERASING:
+            self.keep_evidence(step, nodes)
         failed = self.power_cycle(nodes) if step == "power-cycle" else self.playbook_step(step, nodes)
         for node in nodes:
             self.record(node, f"heal: {step}", "failed" if node in failed else rules.OK, failed.get(node, ""))

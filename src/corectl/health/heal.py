@@ -28,6 +28,8 @@ LADDERS_VAR = "corectl_heal_ladders"
 WINDOW_VAR = "corectl_heal_window_hours"
 DEFAULT_WINDOW_HOURS = 24
 HEALED = "heal: resumed"  # the action recorded when the checks pass after a step
+# Steps that erase what the node could tell: heal keeps its evidence first (playbooks/heal.yml's evidence step).
+ERASING = ("gpu-reset", "reboot", "power-cycle")
 OK = "ok"
 
 

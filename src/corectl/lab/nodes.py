@@ -246,6 +246,7 @@ LAB_GROUP_VARS = {
     "slurm_health_check_interval": 30,
     "node_health_ib_sysfs_root": "/var/lib/gpu-sim/sysfs/class/infiniband",
     "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
+    "corectl_heal_kernel_log": ["gpu-sim", "kernel-log"],  # what heal keeps before a reboot
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh
     # hook, which mounts over that directory, would fail every container start
     "enroot_mellanox": False,

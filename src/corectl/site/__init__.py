@@ -68,6 +68,11 @@ class Site:
         return self.directory / ".history.sqlite"
 
     @property
+    def evidence_dir(self) -> Path:
+        """What heal kept from nodes before a GPU reset, reboot or power cycle (<time>/<node>/)."""
+        return self.directory / ".evidence"
+
+    @property
     def site_file(self) -> Path:
         """cluster.yml's site-wide settings as Ansible variables (written by corectl render)."""
         return self.directory / "site.json"
