@@ -271,6 +271,8 @@ FAULTS = [
     ("gpudirect-unloaded", ["rmmod", "nvidia_peermem"], "gpudirect", "nvidia_peermem not loaded (GPUDirect RDMA)"),
     ("missing-mount", None, "mounts", "not mounted"),
     ("throttle", ["fault", "throttle", "--gpu", "1"], "throttle", "GPU 1 HwSlowdown"),
+    ("pcie-narrow", ["fault", "pcie-narrow", "--gpu", "3"], "pcie", "GPU 3 PCIe x8 of x16 (under load)"),
+    ("hbm-hot", ["fault", "hbm-hot", "--gpu", "2"], "temperature", "GPU 2 memory at 100 C (max 95 C)"),
     ("persistence-off", None, "persistence", "persistence mode off on GPU 4"),
     ("fabric-incomplete", ["set", "gpus.5.fabric.state", "In Progress"], "fabric", "GPU 5 (00000000:AB:00.0)"),
     ("nvlink-errors", ["set", "gpus.2.nvlinks.4.crc_errors", "5000"], "nvlink", "GPU 2 link 4 CRC Errors 5000"),
@@ -595,3 +597,14 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
     assert health() == (1, "corectl-health: 50-molecule-fault: injected fault")
     fault.unlink()
     assert health() == (0, "")
+
+
+def test_an_idle_gpu_with_a_lowered_link_passes(node: SimNode):
+    """An idle GPU lowers its PCIe link to save power: judged only while busy."""
+    node.sim("fault", "pcie-narrow", "--gpu", "3")
+    node.sim("set", "gpus.3.throttle_reasons", '["GpuIdle"]')
+    rc, report = node.report("--only", "pcie")
+    assert rc == 0, report
+    assert message(report, "pcie") == (
+        "7 busy GPUs at their maximum PCIe link, replays <= 100; 1 idle GPUs not judged (an idle GPU lowers its link)"
+    )

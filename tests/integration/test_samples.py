@@ -726,3 +726,58 @@ def test_standin_dcgmi_diag_has_the_real_table(sim: Sim, engine: str):
     assert out.splitlines()[0] == "Successfully ran diagnostic for group."
     assert box_widths(out) == {78}
     assert {"DCGM Version", "Driver Version Detected"} <= rows(out) <= rows(sample("dcgmi-diag-r3.h200-8gpu.pass.txt"))
+
+
+# --------------------------------------------------------------------------- nvidia-smi -q: PCIe link, HBM (issue 33)
+
+Q_H100 = "nvidia-smi-q.h100-sxm.545.23.08.txt"
+
+
+def test_nvidia_smi_q_is_read_per_gpu_by_section_path():
+    [gpu] = hc.q_gpus(sample(Q_H100))
+    assert gpu["GPU"] == "00000000:19:00.0" and gpu["Minor Number"] == "0"
+    assert {k.removeprefix("PCI/GPU Link Info/"): v for k, v in gpu.items() if k.startswith("PCI/GPU Link Info/")} == {
+        "PCIe Generation/Max": "5",
+        "PCIe Generation/Current": "5",
+        "PCIe Generation/Device Current": "5",
+        "PCIe Generation/Device Max": "5",
+        "PCIe Generation/Host Max": "5",
+        "Link Width/Max": "16x",
+        "Link Width/Current": "16x",
+    }
+    assert gpu["PCI/Replays Since Reset"] == "0"
+    assert gpu["Clocks Event Reasons/Idle"] == "Active"
+    assert gpu["Temperature/Memory Current Temp"] == "41 C"
+    assert gpu["Temperature/GPU Current Temp"] == "33 C"
+    # eight GPUs of the 535 report, each its own section
+    assert len(hc.q_gpus(sample("nvidia-smi-q.h100-8gpu.535.161.08.trimmed.txt"))) == 8
+
+
+def test_pcie_judges_only_busy_gpus():
+    q = sample(Q_H100)
+    idle = CannedNode({("nvidia-smi", "-q"): q}, gpu_count=1)
+    assert hc.check_pcie(idle) == (
+        "0 busy GPUs at their maximum PCIe link, replays <= 100; 1 idle GPUs not judged (an idle GPU lowers its link)"
+    )
+    # the same report with the GPU busy (its Idle reason not active) and its link trained at x8 and Gen3
+    busy = q.replace(
+        "        Idle                              : Active", "        Idle                              : Not Active"
+    )
+    assert busy != q
+    full = CannedNode({("nvidia-smi", "-q"): busy}, gpu_count=1)
+    assert hc.check_pcie(full) == "1 busy GPUs at their maximum PCIe link, replays <= 100"
+    narrow = busy.replace(
+        "                Current                   : 16x", "                Current                   : 8x"
+    )
+    slow = narrow.replace(
+        "                Current                   : 5\n", "                Current                   : 3\n", 1
+    )
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_pcie(CannedNode({("nvidia-smi", "-q"): slow}, gpu_count=1))
+    assert str(failed.value) == "GPU 0 PCIe x8 of x16; GPU 0 PCIe Gen3 of Gen5 (under load)"
+    replays = q.replace(
+        "        Replays Since Reset               : 0", "        Replays Since Reset               : 101"
+    )
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_pcie(CannedNode({("nvidia-smi", "-q"): replays}, gpu_count=1))
+    assert str(failed.value) == "GPU 0 101 PCIe replays (max 100) (under load)"

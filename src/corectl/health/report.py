@@ -40,6 +40,7 @@ CHECK_ORDER = (
     "nvlink",
     "temperature",
     "throttle",
+    "pcie",
     "xid",
     "ib",
     "gpudirect",

@@ -224,6 +224,7 @@ def query_report(state: State, driver: str, ident: str | None) -> int:
         def active(bit: str, mask: int = mask) -> str:
             return "Active" if mask & gpusim.THROTTLE_BITS[bit] else "Not Active"
 
+        pcie = {**gpusim.default_pcie(), **gpu.get("pcie", {})}  # a state file older than the PCIe fields
         lines += [
             f"GPU {gpu['pci_bus_id']}",
             _row("Product Name", state["model"]),
@@ -258,6 +259,18 @@ def query_report(state: State, driver: str, ident: str | None) -> int:
             _row("Domain", "0x0000", 8),
             _row("Device Id", "0x233010DE", 8),
             _row("Bus Id", gpu["pci_bus_id"], 8),
+            _row("GPU Link Info", "", 8),
+            _row("PCIe Generation", "", 12),
+            _row("Max", pcie["gen_max"], 16),
+            _row("Current", pcie["gen"], 16),
+            _row("Device Current", pcie["gen"], 16),
+            _row("Device Max", pcie["gen_max"], 16),
+            _row("Host Max", pcie["gen_max"], 16),
+            _row("Link Width", "", 12),
+            _row("Max", f"{pcie['width_max']}x", 16),
+            _row("Current", f"{pcie['width']}x", 16),
+            _row("Replays Since Reset", pcie["replays"], 8),
+            _row("Replay Number Rollovers", 0, 8),
             _row("Clocks Event Reasons", ""),
             _row("Idle", active("GpuIdle"), 8),
             _row("SW Power Cap", active("SwPowerCap"), 8),
@@ -296,6 +309,7 @@ def query_report(state: State, driver: str, ident: str | None) -> int:
             _row("GPU Current Temp", f"{gpu['temperature_c']} C", 8),
             _row("GPU Shutdown Temp", "92 C", 8),
             _row("GPU Slowdown Temp", "89 C", 8),
+            _row("Memory Current Temp", f"{gpusim.memory_temperature(gpu)} C", 8),
             _row("GPU Power Readings", ""),
             _row("Power Draw", f"{float(gpu['power_w']):.2f} W", 8),
             _row("Current Power Limit", "700.00 W", 8),

@@ -37,7 +37,8 @@ sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "li
 import gpusim  # noqa: E402
 
 # lost-gpu: fallen off the bus, back after a cold start (power off and on); dead-gpu: never back
-FAULTS = ("lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle")
+# pcie-narrow: the link trained at x8 of x16 (while busy); hbm-hot: its memory at 100 C
+FAULTS = ("lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot")
 
 
 def _die(message: str, code: int = 1) -> int:
@@ -142,6 +143,10 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
         gpu["nvlinks"][args.link]["state"] = "down"
     elif name == "hot":
         gpu["temperature_c"] = 95
+    elif name == "pcie-narrow":
+        gpu["pcie"] = {**gpusim.default_pcie(), **gpu.get("pcie", {}), "width": 8}
+    elif name == "hbm-hot":
+        gpu["memory_temperature_c"] = 100
     elif name == "throttle":
         gpu["throttle_reasons"] = ["HwSlowdown"]
 
@@ -164,6 +169,10 @@ def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
             gpu["nvlinks"] = [gpusim.default_nvlink() for _ in gpu["nvlinks"]]
         if name in ("hot", "all"):
             gpu["temperature_c"] = gpusim.base_temperature(gpu["index"])
+        if name in ("pcie-narrow", "all"):
+            gpu["pcie"] = gpusim.default_pcie()
+        if name in ("hbm-hot", "all"):
+            gpu.pop("memory_temperature_c", None)
         if name in ("throttle", "all"):
             gpu["throttle_reasons"] = []
 

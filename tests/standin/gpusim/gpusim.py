@@ -251,6 +251,16 @@ def default_ecc() -> dict[str, Any]:
     }
 
 
+def default_pcie() -> dict[str, int]:
+    """An H100 SXM's link: Gen5 x16 (tests/samples/nvidia-smi-q.h100-sxm.545.23.08.txt)."""
+    return {"gen_max": 5, "gen": 5, "width_max": 16, "width": 16, "replays": 0}
+
+
+def memory_temperature(gpu: dict[str, Any]) -> int:
+    """HBM runs some degrees above the GPU core at rest (the sample: 41 C at 33 C)."""
+    return int(gpu.get("memory_temperature_c", gpu["temperature_c"] + 8))
+
+
 def idle_fabric(nvswitch: bool) -> dict[str, str]:
     return {"state": "Not Started", "status": "N/A"} if nvswitch else {"state": "N/A", "status": "N/A"}
 
@@ -266,6 +276,7 @@ def new_gpu(hostname: str, index: int, nvswitch: bool) -> dict[str, Any]:
         "sm_clock_mhz": 1980,
         "persistence_mode": False,
         "throttle_reasons": [],
+        "pcie": default_pcie(),
         "ecc": default_ecc(),
         "xid_events": [],
         "nvlinks": [default_nvlink() for _ in range(NVLINKS_PER_GPU)] if nvswitch else [],

@@ -14,7 +14,15 @@ from typing import Any, NamedTuple
 from .core import DEFAULT_CONFIG, SETTINGS, STANDARD_PATH, CheckFailed, ConfigError, Node, Skip, load_config
 from .diagnostics import check_dcgm_diag
 from .fabric import check_fabric, check_fabricmanager, check_fm_version
-from .gpu import check_driver_version, check_ecc, check_gpu_count, check_persistence, check_temperature, check_throttle
+from .gpu import (
+    check_driver_version,
+    check_ecc,
+    check_gpu_count,
+    check_pcie,
+    check_persistence,
+    check_temperature,
+    check_throttle,
+)
 from .network import check_gpudirect, check_ib
 from .nvlink import check_nvlink
 from .services import check_clock, check_services
@@ -48,8 +56,9 @@ CHECKS: list[Check] = [
     Check("persistence", check_persistence, ("persistence",)),
     Check("ecc", check_ecc, ("ecc_volatile_uncorrected_max",)),
     Check("nvlink", check_nvlink, ("nvlink_links", "nvlink_error_max")),
-    Check("temperature", check_temperature, ("max_temperature",)),
+    Check("temperature", check_temperature, ("max_temperature", "max_memory_temperature")),
     Check("throttle", check_throttle, ("throttle_reasons",)),
+    Check("pcie", check_pcie, ("pcie_replay_max",)),
     Check("xid", check_xid, ("xid_window_s", "xid_catalog", "xid_classes", "xid_command")),
     Check("ib", check_ib, ("ib_sysfs_root", "ib_rate_gbps", "ib_ports")),
     Check("gpudirect", check_gpudirect, ("gpudirect_module", "modules_file")),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -24,6 +25,8 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     "nvswitch": (bool, False),
     "persistence": (bool, True),
     "max_temperature": (int, 85),
+    "max_memory_temperature": (int, 95),
+    "pcie_replay_max": (int, 100),
     "throttle_reasons": (list, ["HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown"]),
     "ecc_volatile_uncorrected_max": (int, 0),
     "xid_window_s": (int, 3600),
@@ -78,6 +81,35 @@ GPU_FIELDS = [
     "retired_pages.pending",
 ]
 NOT_AVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
+
+
+# "GPU 00000000:19:00.0": where a GPU's section of `nvidia-smi -q` begins
+Q_GPU = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$")
+
+
+def q_gpus(text: str) -> list[dict[str, str]]:
+    """`nvidia-smi -q` as one dict per GPU, each value by its path of section names:
+    ``"GPU Link Info/Link Width/Current": "16x"``, ``"Minor Number": "0"``; ``"GPU"`` is the bus id."""
+    gpus: list[dict[str, str]] = []
+    current: dict[str, str] | None = None
+    sections: list[tuple[int, str]] = []
+    for raw in text.splitlines():
+        if Q_GPU.match(raw):
+            current = {"GPU": raw[4:].strip()}
+            gpus.append(current)
+            sections = []
+            continue
+        if current is None or not raw.strip():
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        key, colon, value = raw.strip().partition(":")
+        while sections and sections[-1][0] >= indent:
+            sections.pop()
+        if colon and value.strip():
+            current["/".join([name for _, name in sections] + [key.strip()])] = value.strip()
+        else:
+            sections.append((indent, key.strip()))
+    return gpus
 
 
 class ConfigError(Exception):
@@ -232,6 +264,10 @@ class Node:
         if self._rows and all(name in GPU_FIELDS for name in fields):
             return [{name: row[name] for name in fields} for row in self._rows]
         return self._query(fields)
+
+    def q(self) -> list[dict[str, str]]:
+        """`nvidia-smi -q`, one dict per GPU (q_gpus), read once."""
+        return q_gpus(self.smi("-q"))
 
     def service_state(self, unit: str) -> str:
         result = self.run("systemctl", "is-active", unit)

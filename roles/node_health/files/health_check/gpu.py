@@ -1,5 +1,5 @@
 """GPU checks read from nvidia-smi: driver version, GPU count and model, persistence, ECC and row
-remapping, temperature, clock throttling."""
+remapping, temperature (the GPU's and its HBM's), clock throttling, the PCIe link."""
 
 from __future__ import annotations
 
@@ -103,7 +103,67 @@ def check_temperature(node: Node) -> str:
     if hot:
         raise CheckFailed(f"{summarize(hot)} (max {limit} C)")
     hottest = max((int(r["temperature.gpu"]) for r in rows if _number(r["temperature.gpu"]) is not None), default=0)
-    return f"hottest GPU {hottest} C (max {limit} C)"
+    # HBM: nvidia-smi -q's "Memory Current Temp" ("N/A" where the GPU does not report it)
+    memory_limit = config["max_memory_temperature"]
+    memory = [
+        (_label_q(gpu, n), _celsius(gpu.get("Temperature/Memory Current Temp", ""))) for n, gpu in enumerate(node.q())
+    ]
+    hot_memory = [
+        f"{label} memory at {degrees} C" for label, degrees in memory if degrees is not None and degrees > memory_limit
+    ]
+    if hot_memory:
+        raise CheckFailed(f"{summarize(hot_memory)} (max {memory_limit} C)")
+    read = [degrees for _, degrees in memory if degrees is not None]
+    memory_text = (
+        f", hottest memory {max(read)} C (max {memory_limit} C)" if read else ", memory temperature not reported"
+    )
+    return f"hottest GPU {hottest} C (max {limit} C){memory_text}"
+
+
+def _celsius(text: str) -> int | None:
+    number = text.removesuffix(" C").strip()
+    return int(number) if number.lstrip("-").isdigit() else None
+
+
+def _label_q(gpu: dict[str, str], position: int) -> str:
+    return f"GPU {gpu.get('Minor Number', position)}"
+
+
+def _link(gpu: dict[str, str], what: str) -> int | None:
+    """A PCIe link value of `nvidia-smi -q` ("16x", "5") as a number; None where not reported."""
+    text = gpu.get(f"PCI/GPU Link Info/{what}", "").removesuffix("x").strip()
+    return int(text) if text.isdigit() else None
+
+
+def check_pcie(node: Node) -> str:
+    """Each GPU's PCIe link at its maximum generation and width, judged only where the GPU is
+    busy (an idle GPU lowers its link to save power), and its replay counter."""
+    config = node.config
+    needs_gpus(config)
+    replay_max = config["pcie_replay_max"]
+    problems, idle, judged = [], [], 0
+    for position, gpu in enumerate(node.q()):
+        label = _label_q(gpu, position)
+        replays = gpu.get("PCI/Replays Since Reset", "")
+        if replays.isdigit() and int(replays) > replay_max:
+            problems.append(f"{label} {replays} PCIe replays (max {replay_max})")
+        reasons = "Clocks Event Reasons" if "Clocks Event Reasons/Idle" in gpu else "Clocks Throttle Reasons"
+        if gpu.get(f"{reasons}/Idle") == "Active":
+            idle.append(label)
+            continue
+        gen, gen_max = _link(gpu, "PCIe Generation/Current"), _link(gpu, "PCIe Generation/Max")
+        width, width_max = _link(gpu, "Link Width/Current"), _link(gpu, "Link Width/Max")
+        if None in (gen, gen_max, width, width_max):
+            continue
+        judged += 1
+        if width is not None and width_max is not None and width < width_max:
+            problems.append(f"{label} PCIe x{width} of x{width_max}")
+        if gen is not None and gen_max is not None and gen < gen_max:
+            problems.append(f"{label} PCIe Gen{gen} of Gen{gen_max}")
+    if problems:
+        raise CheckFailed(f"{summarize(problems)} (under load)")
+    note = f"; {len(idle)} idle GPUs not judged (an idle GPU lowers its link)" if idle else ""
+    return f"{judged} busy GPUs at their maximum PCIe link, replays <= {replay_max}{note}"
 
 
 def active_reasons(mask: int) -> list[str]:
