@@ -1097,16 +1097,27 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         )
 
 
+def history_rows(text: str) -> list[str]:
+    """`corectl history`'s rows, each whole (a row wrapped at 80 columns joined), spaces collapsed."""
+    rows: list[str] = []
+    for line in text.splitlines()[1:]:
+        if re.match(r"\d{4}-\d\d-\d\d ", line) or not rows:
+            rows.append(line.strip())
+        else:
+            rows[-1] += " " + line.strip()
+    return [" ".join(row.split()) for row in rows]
+
+
 def test_failure_history_names_the_repeat_offenders(lab: Path):
     """Every `corectl health` above was recorded, and every drain Slurm's health program made (read from
     Slurm's accounting): each fault round failed both nodes (a failing run, then the program's drain: one
     failure), the Slurm interval test failed e2e-dgx01 once more (fabricmanager: two runs and slurmd's own
     drain, one failure)."""
-    history = corectl("history", "e2e-dgx01", "--inventory", str(lab), "--last", "5").stdout.splitlines()
+    history = history_rows(corectl("history", "e2e-dgx01", "--inventory", str(lab), "--last", "5").stdout)
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
-    # newest first: the drain slurmd made in the interval test (ended by the resume), then the runs before it
-    assert re.match(rf"{stamp} +DRAIN +corectl-health: fabricmanager: .*\(root\(0\), until ", history[1]), history
-    assert re.match(rf"{stamp} +FAIL +fabricmanager: ", history[2]), history
+    # newest first: the drain slurmd made in the interval test (ended when it passed again), then the runs
+    assert re.match(rf"{stamp} DRAIN corectl-health: fabricmanager: .*\(root\(0\), until ", history[0]), history
+    assert re.match(rf"{stamp} FAIL fabricmanager: ", history[1]), history
     data = json.loads(corectl("rma", "--inventory", str(lab), "--json").stdout)
     counts = {n["node"]: n["failures"] for n in data["nodes"]}
     assert counts["e2e-dgx01"] >= len(ROUNDS) + 1 and counts["e2e-dgx02"] >= len(ROUNDS), counts
@@ -1137,12 +1148,39 @@ def test_a_drain_by_slurms_own_health_program_is_in_the_history_and_counts(lab: 
     assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 120) == "idle|none"
     corectl("drain", "e2e-dgx02", *args, "--reason", "e2e: planned work")
     corectl("resume", "e2e-dgx02", *args)
-    history = corectl("history", "e2e-dgx02", *args, "--last", "3").stdout
-    assert re.search(r"DRAIN +e2e: planned work \(root\(0\), until ", history), history
-    assert re.search(r"DRAIN +corectl-health: temperature: GPU 4 at 95 C .*\(root\(0\), until ", history), history
+    history = history_rows(corectl("history", "e2e-dgx02", *args, "--last", "3").stdout)
+    assert re.match(r"\S+ \S+ DRAIN e2e: planned work \(root\(0\), until ", history[0]), history
+    assert re.match(r"\S+ \S+ DRAIN corectl-health: temperature: GPU 4 at 95 C .*\(root\(0\), until ", history[1]), (
+        history
+    )
     after = json.loads(corectl("rma", *args, "--json", "--failures", "1").stdout)
     [node] = [n for n in after["nodes"] if n["node"] == "e2e-dgx02"]
     assert node["failures"] == counted_before + 1, (counted_before, node)  # slurmd's drain; not the operator's
+
+
+def test_ib_errors_and_a_flapping_link_drain_the_node_until_resumed(lab: Path):
+    """Issue 33: Slurm's health program compares each IB port's error counters with its last run: 1,000
+    symbol errors more on dgx01's mlx5_3 and two link flaps on dgx02's mlx5_0 drain each node, naming the
+    check and the port; they stay drained without a new error until corectl resume ends it."""
+    for container in (DGX1, DGX2):
+        assert run_hook(container) == 0, hook_output(container)  # a baseline of the counters
+    docker_exec(DGX1, "gpu-sim", "fault", "ib-errors", "--device", "mlx5_3")
+    docker_exec(DGX2, "gpu-sim", "fault", "ib-flap", "--device", "mlx5_0")
+    try:
+        for container in (DGX1, DGX2):
+            assert run_hook(container) == 1
+            assert run_hook(container) == 1  # no new error: still failing
+        assert slurm_reason("e2e-dgx01").startswith("drain|corectl-health: ib-errors: mlx5_3/1 symbol_error +1000 ")
+        assert slurm_reason("e2e-dgx02").startswith("drain|corectl-health: ib-errors: mlx5_0/1 went down 2 times ")
+        resumed = corectl("resume", "e2e-dgx[01-02]", "--inventory", str(lab)).stdout
+        assert "e2e-dgx01: cleared ib-errors: mlx5_3/1 symbol_error +1000 " in resumed, resumed
+        assert "e2e-dgx02: cleared ib-errors: mlx5_0/1 went down 2 times " in resumed, resumed
+    finally:
+        for container in (DGX1, DGX2):
+            docker_exec(container, "sh", "-c", "corectl-health-check --clear-sticky 'e2e: cleanup' >/dev/null")
+    for node, container in (("e2e-dgx01", DGX1), ("e2e-dgx02", DGX2)):
+        assert run_hook(container) == 0, hook_output(container)
+        assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 90) == "idle|none"
 
 
 def booted_at(container: str) -> str:
@@ -1221,7 +1259,9 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
         assert booted_at(DGX2) == before  # no step was tried
     finally:
         docker_exec(DGX2, "gpu-sim", "clear", "xid")
-    corectl("resume", "e2e-dgx02", *args)
+    resumed = corectl("resume", "e2e-dgx02", *args).stdout
+    assert "e2e-dgx02: cleared xid: XID 79 on PCI:0000:3a:00" in resumed, resumed  # the kept Xid ends too
+    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
 
     # 3. a GPU fallen off the bus on dgx01 stays lost through a reboot and comes back with a power
     # cycle through its Redfish BMC; no operator step
@@ -1255,14 +1295,15 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
         assert slurm_reason("e2e-dgx01") == "drain|corectl: needs hardware service (gpu-count)"
         # Prometheus alerts on it: the controller's node states (read now rather than in a minute)
         docker_exec(HEAD, "systemctl", "start", "corectl-slurm-metrics.service")
-        alerts = wait_for(
-            lambda: prometheus(HEAD, "/api/v1/alerts")["data"]["alerts"],
-            lambda found: any(a["labels"]["alertname"] == "NodeNeedsHardwareService" for a in found),
-        )
-        fired = [a for a in alerts if a["labels"]["alertname"] == "NodeNeedsHardwareService"]
-        assert [(a["labels"]["slurm_node"], a["labels"]["check"], a["state"]) for a in fired] == [
-            ("e2e-dgx01", "gpu-count", "firing")
-        ], alerts
+
+        # (dgx02's alert of step 2 resolves once Prometheus has seen it resumed: wait for that state)
+        def service_alerts() -> list[tuple[str, str, str]]:
+            alerts = prometheus(HEAD, "/api/v1/alerts")["data"]["alerts"]
+            fired = [a for a in alerts if a["labels"]["alertname"] == "NodeNeedsHardwareService"]
+            return [(a["labels"]["slurm_node"], a["labels"]["check"], a["state"]) for a in fired]
+
+        expected = [("e2e-dgx01", "gpu-count", "firing")]
+        assert wait_for(service_alerts, lambda fired: fired == expected) == expected
         # and the RMA report lists it with the heal's steps as evidence
         rma = json.loads(corectl("rma", *args, "--json").stdout)
         [case] = [n for n in rma["nodes"] if n["node"] == "e2e-dgx01"]

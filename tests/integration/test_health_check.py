@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -608,3 +609,31 @@ def test_an_idle_gpu_with_a_lowered_link_passes(node: SimNode):
     assert message(report, "pcie") == (
         "7 busy GPUs at their maximum PCIe link, replays <= 100; 1 idle GPUs not judged (an idle GPU lowers its link)"
     )
+
+
+def test_ib_error_counters_that_jump_and_links_that_flap_are_kept(node: SimNode):
+    """Issue 33: counters compared with the last run's (kept in the state directory); a jump or a flap is
+    kept like a hardware Xid; a boot zeroes the counters and starts anew."""
+
+    def ib_errors() -> tuple[int, str]:
+        rc, report = node.report("--only", "ib-errors")
+        return rc, message(report, "ib-errors")
+
+    assert ib_errors() == (0, "8 IB ports' error counters read (first run: nothing to compare)")
+    rc, said = ib_errors()
+    assert rc == 0 and said.startswith("no IB error counter jumped and no link went down on 8 ports since "), said
+    node.sim("fault", "ib-errors", "--device", "mlx5_3")
+    rc, said = ib_errors()
+    assert rc == 1
+    assert re.fullmatch(
+        r"mlx5_3/1 symbol_error \+1000 since \S+ \(max 10\) \[kept since \S+ until corectl heal or corectl resume\]",
+        said,
+    ), said
+    assert ib_errors() == (1, said)  # no new errors, still kept
+    node.sim("fault", "ib-flap", "--device", "mlx5_0")
+    rc, flapped = ib_errors()
+    assert rc == 1 and flapped.startswith("mlx5_0/1 went down 2 times since ") and "(and 1 more kept)" in flapped
+    assert node.check("--clear-sticky", "test").stdout.count("cleared ib-errors: ") == 2
+    assert ib_errors()[0] == 0
+    node.sim("boot")  # the counters start from 0: lower than last time is no jump
+    assert ib_errors()[0] == 0

@@ -74,7 +74,8 @@ def _drain_cells(drain: Drain) -> tuple[Text, Text]:
     """``DRAIN  corectl-health: xid: ... (root(0), until 2026-11-26 01:02:03Z)``: a failure in red,
     planned work dim."""
     until = f"until {shown_time(drain.until)}" if drain.until else "still"
-    kind = Text(drain.state.rstrip("*+") or "DRAIN", style="bold red" if drain.failure else "dim")
+    state = next((word for word in ("DRAIN", "DOWN", "FAIL") if word in drain.state), drain.state or "DRAIN")
+    kind = Text(state, style="bold red" if drain.failure else "dim")
     return kind, Text(f"{drain.reason} ({drain.user}, {until})", style="" if drain.failure else "dim")
 
 

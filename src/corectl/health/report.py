@@ -43,6 +43,7 @@ CHECK_ORDER = (
     "pcie",
     "xid",
     "ib",
+    "ib-errors",
     "gpudirect",
     "mounts",
     "services",

@@ -5,6 +5,7 @@ gpu-sim init [--gpus 8] [--model M] [--no-nvswitch] [--hostname H] [--force]
 gpu-sim show
 gpu-sim set <dotted.path> <json-or-string>       e.g. gpu-sim set gpus.3.temperature_c 95
 gpu-sim fault <name> [--gpu N] [--xid N] [--link N] [--device mlx5_N]
+                        (ib-errors, ib-flap: a port's counters grow; they fall back to 0 only at a boot)
 gpu-sim clear [<name>|all] [--gpu N] [--device mlx5_N]
 gpu-sim reload          simulate unloading and loading the nvidia kernel module
 gpu-sim boot            what a boot does (run by gpu-sim-boot.service); after a power-on
@@ -37,8 +38,12 @@ sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "li
 import gpusim  # noqa: E402
 
 # lost-gpu: fallen off the bus, back after a cold start (power off and on); dead-gpu: never back
-# pcie-narrow: the link trained at x8 of x16 (while busy); hbm-hot: its memory at 100 C
-FAULTS = ("lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot")
+# pcie-narrow: the link trained at x8 of x16 (while busy); hbm-hot: its memory at 100 C; ib-errors: 1,000
+# symbol errors more on a port; ib-flap: its link went down twice and came back
+FAULTS = (
+    "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
+    "ib-errors", "ib-flap",
+)  # fmt: skip
 
 
 def _die(message: str, code: int = 1) -> int:
@@ -124,6 +129,11 @@ def _ib(state: dict[str, Any], device: str) -> dict[str, Any]:
 def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
     if name == "ib-down":
         _ib(state, args.device)["state"] = "DOWN"
+        return
+    if name in ("ib-errors", "ib-flap"):  # counters only grow (a reboot or a counter reset zeroes them)
+        counters = _ib(state, args.device).setdefault("counters", {})
+        counter, more = ("symbol_error", 1000) if name == "ib-errors" else ("link_downed", 2)
+        counters[counter] = int(counters.get(counter, 0)) + more
         return
     gpu = _gpu(state, args.gpu)
     if name in ("lost-gpu", "dead-gpu"):
@@ -277,6 +287,8 @@ def cmd_boot(_args: argparse.Namespace) -> int:
         for gpu in state["gpus"]:
             gpu["persistence_mode"] = False
             gpu["xid_events"] = []  # the kernel log (journalctl -k) starts anew with each boot
+        for port in state.get("ib_ports", []):
+            port.pop("counters", None)  # the HCA's counters start from 0 with its driver
 
     state = gpusim.update(boot)
     for name in ("fabricmanager", "hostengine", "nvidia-persistenced"):

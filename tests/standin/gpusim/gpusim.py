@@ -552,6 +552,17 @@ def notify_ready() -> None:
 # --------------------------------------------------------------------------- sysfs and devices
 
 
+# The error counters of an mlx5 port's counters/ directory the checks read (and link_downed)
+IB_COUNTERS = (
+    "symbol_error",
+    "link_downed",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
+
+
 def _ib_rate_text(gbps: int) -> str:
     generation = {400: "NDR", 200: "HDR", 100: "EDR", 56: "FDR", 40: "QDR"}.get(int(gbps), "NDR")
     return f"{int(gbps)} Gb/sec (4X {generation})"
@@ -571,6 +582,9 @@ def write_sysfs(state: dict[str, Any]) -> None:
                 "rate": _ib_rate_text(port.get("rate_gbps", IB_RATE_GBPS)),
                 "link_layer": "InfiniBand",
             }
+            counters = {**{name: 0 for name in IB_COUNTERS}, **port.get("counters", {})}
+            (directory / "counters").mkdir(exist_ok=True)
+            files |= {f"counters/{name}": str(value) for name, value in counters.items()}
             for name, text in files.items():
                 target = directory / name
                 if not target.exists() or target.read_text() != text + "\n":

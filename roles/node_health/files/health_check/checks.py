@@ -23,7 +23,7 @@ from .gpu import (
     check_temperature,
     check_throttle,
 )
-from .network import check_gpudirect, check_ib
+from .network import check_gpudirect, check_ib, check_ib_errors
 from .nvlink import check_nvlink
 from .services import check_clock, check_services
 from .sticky import clear_sticky, when
@@ -61,6 +61,7 @@ CHECKS: list[Check] = [
     Check("pcie", check_pcie, ("pcie_replay_max",)),
     Check("xid", check_xid, ("xid_window_s", "xid_catalog", "xid_classes", "xid_command")),
     Check("ib", check_ib, ("ib_sysfs_root", "ib_rate_gbps", "ib_ports")),
+    Check("ib-errors", check_ib_errors, ("ib_error_counters", "ib_error_increase_max", "ib_link_downed_max")),
     Check("gpudirect", check_gpudirect, ("gpudirect_module", "modules_file")),
     Check("mounts", check_mounts, ("mounts",)),
     Check("services", check_services, ("services",)),

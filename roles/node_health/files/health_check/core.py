@@ -38,6 +38,18 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     "ib_sysfs_root": (str, "/sys/class/infiniband"),
     "ib_rate_gbps": (int, 0),
     "ib_ports": (int, 0),
+    "ib_error_counters": (
+        list,
+        [
+            "symbol_error",
+            "link_error_recovery",
+            "port_rcv_errors",
+            "local_link_integrity_errors",
+            "excessive_buffer_overrun_errors",
+        ],
+    ),
+    "ib_error_increase_max": (int, 10),
+    "ib_link_downed_max": (int, 0),
     "gpudirect_module": (str, ""),
     "modules_file": (str, "/proc/modules"),
     "mounts": (list, []),
@@ -160,7 +172,7 @@ def load_config(path: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: xid_classes.{xid}: unknown class {json.dumps(kind)} (known: ignore, application, hardware)"
             )
-    for key in ("throttle_reasons", "mounts", "services"):
+    for key in ("throttle_reasons", "mounts", "services", "ib_error_counters"):
         if not all(isinstance(item, str) for item in config[key]):
             raise ConfigError(f"{path}: {key} must be a list of strings")
     unknown = [r for r in config["throttle_reasons"] if r not in THROTTLE_BITS]

@@ -1,4 +1,5 @@
-"""Failures seen as events (a hardware-class Xid, a GPU fallen off the bus), kept on the node in
+"""Failures seen as events (a hardware-class Xid, a GPU fallen off the bus, an InfiniBand error counter that
+jumped or a link that went down), kept on the node in
 <state_dir>/sticky.json until corectl heal (after its remedy) or an operator (corectl resume)
 clears them: neither the kernel log window passing nor a reboot ends them.
 
@@ -60,9 +61,9 @@ def write_sticky(config: dict[str, Any], data: dict[str, Any]) -> None:
         raise
 
 
-def keep(config: dict[str, Any], seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add the failures just seen to the kept ones (one record per key, first time kept) and
-    return every kept record, oldest first."""
+def keep(config: dict[str, Any], check: str, seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add the failures ``check`` just saw to the kept ones (one record per key, first time kept)
+    and return ``check``'s kept records, oldest first."""
     data = read_sticky(config)
     records = data["records"]
     known = {r["key"] for r in records}
@@ -74,7 +75,7 @@ def keep(config: dict[str, Any], seen: list[dict[str, Any]]) -> list[dict[str, A
     if new:
         data["records"] = records + new
         write_sticky(config, data)
-    return data["records"]
+    return [r for r in data["records"] if r.get("check") == check]
 
 
 def clear_sticky(config: dict[str, Any], by: str) -> list[dict[str, Any]]:
@@ -99,3 +100,20 @@ def seconds_since_clear(config: dict[str, Any], window: int) -> int:
 
 def when(epoch: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def read_json_state(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """A check's own state between runs (<state_dir>/<name>), {} when there is none or it is unreadable."""
+    try:
+        data = json.loads((Path(config["state_dir"]) / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json_state(config: dict[str, Any], name: str, data: dict[str, Any]) -> None:
+    path = Path(config["state_dir"]) / name
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

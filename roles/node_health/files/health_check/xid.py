@@ -121,7 +121,7 @@ def check_xid(node: Node) -> str:
         elif kind == "hardware":
             key = f"xid {xid} {pci.lower()}{f' {mig}' if mig else ''}"
             seen.append({"check": "xid", "key": key, "message": f"XID {xid} on {where}: {detail}", "advice": advice})
-    kept = keep(config, seen)
+    kept = keep(config, "xid", seen)
     if kept:
         # the GPU lost from the bus first (the most severe), else the latest
         shown = next((r for r in kept if r["key"].startswith("lost ")), kept[-1])
