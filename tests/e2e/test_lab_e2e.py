@@ -944,11 +944,13 @@ FAULTS = {
     "temperature": ("gpu-sim fault hot --gpu 4", SHARED_CLEAR),
     "ib": ("gpu-sim fault ib-down", SHARED_CLEAR),
     "pcie": ("gpu-sim fault pcie-narrow --gpu 3", SHARED_CLEAR),
+    # an uncorrectable memory error: counted until a boot, kept until ended
+    "edac": ("gpu-sim fault edac-ue", "corectl-health-check --clear-sticky 'e2e: cleared'"),
     "mounts": ("umount /shared", "mount /shared"),
 }
 # Each round injects one fault on each compute node at once; fabricmanager is the case that waits
 # for Slurm's own HealthCheckInterval (test_slurm_health_interval_drains_and_resumes).
-ROUNDS = [("gpu-count", "ecc"), ("xid", "nvlink"), ("fm-version", "temperature"), ("ib", "mounts"), ("pcie", "xid")]
+ROUNDS = [("gpu-count", "ecc"), ("xid", "nvlink"), ("fm-version", "temperature"), ("ib", "mounts"), ("pcie", "edac")]
 
 
 def failed_checks(report: dict, node: str) -> list[str]:

@@ -128,6 +128,7 @@ class SimNode:
             "nvlink_links": 18,
             "nvlink_error_max": 100,
             "ib_sysfs_root": str(root / "sysfs" / "class" / "infiniband"),
+            "edac_sysfs_root": str(root / "sysfs" / "devices" / "system" / "edac" / "mc"),
             "ib_rate_gbps": 400,
             "ib_ports": 8,
             "gpudirect_module": "nvidia_peermem",
@@ -472,7 +473,7 @@ def test_no_gpus_skips_the_gpu_checks(node: SimNode):
     rc, report = node.report()
     assert rc == 0, report
     skipped = {c["name"] for c in report["checks"] if c["status"] == "skip"}
-    assert skipped >= set(CHECK_ORDER) - {"mounts", "services", "clock"}
+    assert skipped >= set(CHECK_ORDER) - {"mounts", "services", "clock", "aer", "edac"}  # the host's own
     assert message(report, "gpu-count") == "no GPUs expected (gpu_count 0)"
 
 
@@ -637,3 +638,20 @@ def test_ib_error_counters_that_jump_and_links_that_flap_are_kept(node: SimNode)
     assert ib_errors()[0] == 0
     node.sim("boot")  # the counters start from 0: lower than last time is no jump
     assert ib_errors()[0] == 0
+
+
+def test_an_uncorrectable_memory_error_is_kept_through_a_boot(node: SimNode):
+    """Issue 33: EDAC's uncorrectable count fails the node; the kernel's count starts from 0 at a boot, the
+    record does not."""
+    rc, report = node.report("--only", "edac")
+    assert (rc, message(report, "edac")) == (0, "no uncorrectable memory errors on 2 memory controllers (0 corrected)")
+    node.sim("fault", "edac-ue")
+    rc, report = node.report("--only", "edac")
+    assert rc == 1
+    assert message(report, "edac").startswith("mc1: 1 uncorrectable memory errors (max 0) [kept since ")
+    assert node.check("--clear-sticky", "test").stdout.startswith("cleared edac: mc1: 1 uncorrectable memory errors")
+    assert node.report("--only", "edac")[0] == 0  # the same count, ended by an operator: not judged again
+    node.sim("fault", "edac-ue")  # it grows
+    assert node.report("--only", "edac")[0] == 1
+    node.sim("boot")  # the kernel's count starts from 0; the record stays
+    assert node.report("--only", "edac")[0] == 1

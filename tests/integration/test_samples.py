@@ -781,3 +781,76 @@ def test_pcie_judges_only_busy_gpus():
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_pcie(CannedNode({("nvidia-smi", "-q"): replays}, gpu_count=1))
     assert str(failed.value) == "GPU 0 101 PCIe replays (max 100) (under load)"
+
+
+# --------------------------------------------------------------------------- EDAC, AER, IB counters (issue 33)
+
+
+def sysfs_from_listing(text: str, root: Path) -> Path:
+    """A sysfs tree under ``root`` from a real listing: "path" then "value" lines (find ... cat), or
+    "path:value" lines (grep .)."""
+    lines = text.splitlines()
+    pairs = (
+        [tuple(line.rsplit(":", 1)) for line in lines]
+        if all(":" in line for line in lines)
+        else list(zip(lines[::2], lines[1::2], strict=True))
+    )
+    for path, value in pairs:
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(value.strip() + "\n")
+    return root
+
+
+def test_edac_counters_of_a_real_server(tmp_path: Path):
+    tree = sysfs_from_listing(sample("edac-find-cat-ce-ue-netdata-serverB.txt"), tmp_path)
+    root = tree / "sys" / "devices" / "system" / "edac" / "mc"
+    assert hc.edac_counts(root) == {"mc0": (0, 0)}  # one controller, four csrows (their counts: the rows')
+    node = CannedNode({}, edac_sysfs_root=str(root))
+    assert hc.check_edac(node) == "no uncorrectable memory errors on 1 memory controllers (0 corrected)"
+    (root / "mc0" / "ue_count").write_text("2\n")  # the same tree with two uncorrectable errors
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_edac(node)
+    assert str(failed.value).startswith("mc0: 2 uncorrectable memory errors (max 0) [kept since ")
+
+
+@pytest.mark.parametrize(
+    ("name", "errors"),
+    [
+        ("dmesg-aer-fatal-surprise-down-tesla-xid79.txt", [("0000:00:02.0", "Fatal", "Surprise Down Error")]),
+        ("dmesg-aer-multiple-fatal-broadwell-nvidia-returnn.txt", [("0000:00:03.0", "Fatal", "SDES")]),
+        ("dmesg-aer-fatal-malformed-tlp-rocm.txt", [("0000:00:1c.4", "Fatal", "Malformed TLP")]),
+        ("dmesg-aer-uncorrectable-nonfatal-acsviol-journal-pve.txt", [("0000:80:1b.4", "Non-Fatal", "ACSViol")]),
+    ],
+)
+def test_uncorrectable_pcie_errors_of_real_kernel_logs(name: str, errors: list[tuple[str, str, str]]):
+    assert hc.aer_errors(sample(name)) == errors
+
+
+def test_a_fatal_pcie_error_fails_and_a_non_fatal_one_is_reported():
+    fatal = CannedNode({("journal",): sample("dmesg-aer-fatal-surprise-down-tesla-xid79.txt")}, xid_command=["journal"])
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_aer(fatal)
+    assert str(failed.value).startswith("fatal PCIe error at 0000:00:02.0 (Surprise Down Error) [kept since ")
+    log = sample("dmesg-aer-uncorrectable-nonfatal-acsviol-journal-pve.txt")
+    assert hc.check_aer(CannedNode({("journal",): log}, xid_command=["journal"])) == (
+        "warning: non-fatal uncorrectable PCIe errors: 0000:80:1b.4 (ACSViol) (last 3600 s)"
+    )
+
+
+def test_ib_counters_of_a_real_h100_port(tmp_path: Path):
+    """A ConnectX-7 port of an H100 node (the listing's "=== ./name ===" then value), as the check reads it."""
+    counters = tmp_path / "mlx5_1" / "ports" / "1" / "counters"
+    counters.mkdir(parents=True)
+    text = sample("ib-counters-mlx5_1-cx7-gpud-pr943.txt")
+    for name, value in re.findall(r"^=== \./(\S+) ===\n(\S+)$", text, flags=re.M):
+        (counters / name).write_text(value + "\n")
+    names = ["symbol_error", "link_downed", "link_error_recovery", "excessive_buffer_overrun_errors"]
+    assert hc.ib_counters(tmp_path, names) == {
+        "mlx5_1/1": {
+            "symbol_error": 0,
+            "link_downed": 255,
+            "link_error_recovery": 0,
+            "excessive_buffer_overrun_errors": 15,
+        }
+    }

@@ -42,6 +42,8 @@ CHECK_ORDER = (
     "throttle",
     "pcie",
     "xid",
+    "aer",
+    "edac",
     "ib",
     "ib-errors",
     "gpudirect",

@@ -245,6 +245,7 @@ LAB_GROUP_VARS = {
     # check RPC waits for the program: on this 2-core machine a 10 s interval starved slurmd)
     "slurm_health_check_interval": 30,
     "node_health_ib_sysfs_root": "/var/lib/gpu-sim/sysfs/class/infiniband",
+    "node_health_edac_sysfs_root": "/var/lib/gpu-sim/sysfs/devices/system/edac/mc",
     "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
     "corectl_heal_kernel_log": ["gpu-sim", "kernel-log"],  # what heal keeps before a reboot
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh

@@ -39,10 +39,11 @@ import gpusim  # noqa: E402
 
 # lost-gpu: fallen off the bus, back after a cold start (power off and on); dead-gpu: never back
 # pcie-narrow: the link trained at x8 of x16 (while busy); hbm-hot: its memory at 100 C; ib-errors: 1,000
-# symbol errors more on a port; ib-flap: its link went down twice and came back
+# symbol errors more on a port; ib-flap: its link went down twice and came back; edac-ue: an uncorrectable
+# host memory error on memory controller mc1
 FAULTS = (
     "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
-    "ib-errors", "ib-flap",
+    "ib-errors", "ib-flap", "edac-ue",
 )  # fmt: skip
 
 
@@ -129,6 +130,10 @@ def _ib(state: dict[str, Any], device: str) -> dict[str, Any]:
 def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
     if name == "ib-down":
         _ib(state, args.device)["state"] = "DOWN"
+        return
+    if name == "edac-ue":  # the kernel's count: it grows until a boot
+        counts = state.setdefault("edac", {}).setdefault("mc1", {})
+        counts["ue_count"] = int(counts.get("ue_count", 0)) + 1
         return
     if name in ("ib-errors", "ib-flap"):  # counters only grow (a reboot or a counter reset zeroes them)
         counters = _ib(state, args.device).setdefault("counters", {})
@@ -289,6 +294,7 @@ def cmd_boot(_args: argparse.Namespace) -> int:
             gpu["xid_events"] = []  # the kernel log (journalctl -k) starts anew with each boot
         for port in state.get("ib_ports", []):
             port.pop("counters", None)  # the HCA's counters start from 0 with its driver
+        state.pop("edac", None)  # and the memory controllers' with the kernel
 
     state = gpusim.update(boot)
     for name in ("fabricmanager", "hostengine", "nvidia-persistenced"):

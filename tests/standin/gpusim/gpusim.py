@@ -552,6 +552,8 @@ def notify_ready() -> None:
 # --------------------------------------------------------------------------- sysfs and devices
 
 
+EDAC_CONTROLLERS = 2  # a two-socket host: one memory controller per socket
+
 # The error counters of an mlx5 port's counters/ directory the checks read (and link_downed)
 IB_COUNTERS = (
     "symbol_error",
@@ -589,6 +591,14 @@ def write_sysfs(state: dict[str, Any]) -> None:
                 target = directory / name
                 if not target.exists() or target.read_text() != text + "\n":
                     target.write_text(text + "\n")
+        # host memory controllers (EDAC): <sysfs>/devices/system/edac/mc/mc<N>/{ue_count,ce_count}
+        edac = sysfs_root() / "devices" / "system" / "edac" / "mc"
+        for name, counts in {**{f"mc{n}": {} for n in range(EDAC_CONTROLLERS)}, **state.get("edac", {})}.items():
+            (edac / name).mkdir(parents=True, exist_ok=True)
+            for counter in ("ue_count", "ce_count"):
+                target, text = edac / name / counter, f"{int(counts.get(counter, 0))}\n"
+                if not target.exists() or target.read_text() != text:
+                    target.write_text(text)
     except OSError:
         pass  # best effort: an unprivileged caller cannot write the tree
 

@@ -14,7 +14,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TARGET = HERE.parent / "corectl-health-check"
-ORDER = ("core", "sticky", "gpu", "fabric", "nvlink", "xid", "network", "storage", "services", "diagnostics", "checks")
+ORDER = (
+    "core", "sticky", "gpu", "fabric", "nvlink", "xid", "memory",
+    "network", "storage", "services", "diagnostics", "checks",
+)  # fmt: skip
 MAIN = 'if __name__ == "__main__":\n    signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n    sys.exit(main())\n'
 
 

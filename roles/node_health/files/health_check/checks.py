@@ -23,12 +23,13 @@ from .gpu import (
     check_temperature,
     check_throttle,
 )
+from .memory import check_edac
 from .network import check_gpudirect, check_ib, check_ib_errors
 from .nvlink import check_nvlink
 from .services import check_clock, check_services
 from .sticky import clear_sticky, when
 from .storage import check_mounts
-from .xid import check_xid
+from .xid import check_aer, check_xid
 
 
 class Check(NamedTuple):
@@ -60,6 +61,8 @@ CHECKS: list[Check] = [
     Check("throttle", check_throttle, ("throttle_reasons",)),
     Check("pcie", check_pcie, ("pcie_replay_max",)),
     Check("xid", check_xid, ("xid_window_s", "xid_catalog", "xid_classes", "xid_command")),
+    Check("aer", check_aer),
+    Check("edac", check_edac, ("edac_sysfs_root", "edac_ue_max")),
     Check("ib", check_ib, ("ib_sysfs_root", "ib_rate_gbps", "ib_ports")),
     Check("ib-errors", check_ib_errors, ("ib_error_counters", "ib_error_increase_max", "ib_link_downed_max")),
     Check("gpudirect", check_gpudirect, ("gpudirect_module", "modules_file")),

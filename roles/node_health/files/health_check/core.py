@@ -53,6 +53,8 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     "gpudirect_module": (str, ""),
     "modules_file": (str, "/proc/modules"),
     "mounts": (list, []),
+    "edac_sysfs_root": (str, "/sys/devices/system/edac/mc"),
+    "edac_ue_max": (int, 0),
     "services": (list, ["munge", "slurmd"]),
     "fabricmanager_service": (str, "nvidia-fabricmanager"),
     "clock": (bool, False),

@@ -133,3 +133,61 @@ def check_xid(node: Node) -> str:
     if reported:
         return f"warning: application errors, not drained: {summarize(reported, 3)} (last {window} s)"
     return f"no XID errors in the last {window} s"
+
+
+# PCIe Advanced Error Reporting in the kernel log: "pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected
+# (Fatal), type=Transaction Layer, ..." (kernels before 6.x: "Uncorrected", later "Uncorrectable"), and the
+# summary "AER: [Multiple ]Uncorrected (Fatal) error received: ...". Corrected errors are no failure.
+PCI_DEVICE = r"(?P<device>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+AER_ERROR = re.compile(
+    rf"{PCI_DEVICE}: (?:PCIe Bus Error: severity=|AER: (?:Multiple )?)"
+    r"(?:Uncorrected|Uncorrectable) \((?P<kind>Fatal|Non-Fatal)\)"
+)
+AER_DETAIL = re.compile(
+    r"(?P<device>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):\s+\[\s*\d+\]\s+(?P<what>.+?)\s*(?:\(First\))?\s*$"
+)
+
+
+def aer_errors(text: str) -> list[tuple[str, str, str]]:
+    """(device, Fatal or Non-Fatal, the first error named after it) per uncorrectable PCIe error of a kernel
+    log, once per device and kind, in the order of the log."""
+    found: dict[tuple[str, str], str] = {}
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        match = AER_ERROR.search(line)
+        if not match:
+            continue
+        device, kind = match.group("device").lower(), match.group("kind")
+        detail = next(
+            (d.group("what").strip() for d in map(AER_DETAIL.search, lines[number + 1 : number + 6]) if d), ""
+        )
+        if not found.get((device, kind)):
+            found[(device, kind)] = detail
+    return [(device, kind, detail) for (device, kind), detail in found.items()]
+
+
+def check_aer(node: Node) -> str:
+    """A fatal uncorrectable PCIe error in the kernel log fails the node and is kept (as a hardware Xid);
+    a non-fatal one is reported in the message."""
+    config = node.config
+    text, window = kernel_log(node)
+    errors = aer_errors(text)
+    seen = [
+        {
+            "check": "aer",
+            "key": f"aer {device}",
+            "message": f"fatal PCIe error at {device}{f' ({what})' if what else ''}",
+        }
+        for device, kind, what in errors
+        if kind == "Fatal"
+    ]
+    kept = keep(config, "aer", seen)
+    if kept:
+        more = f" (and {len(kept) - 1} more kept)" if len(kept) > 1 else ""
+        raise CheckFailed(
+            f"{kept[0]['message']}{more} [kept since {when(kept[0]['since'])} until corectl heal or corectl resume]"
+        )
+    non_fatal = [f"{device}{f' ({what})' if what else ''}" for device, kind, what in errors if kind == "Non-Fatal"]
+    if non_fatal:
+        return f"warning: non-fatal uncorrectable PCIe errors: {summarize(non_fatal, 3)} (last {window} s)"
+    return f"no uncorrectable PCIe errors in the last {window} s"
