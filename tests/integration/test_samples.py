@@ -297,8 +297,8 @@ def test_a_hardware_xid_is_kept_after_the_log_window_until_cleared():
     cleared = hc.clear_sticky(later.config, "test")
     assert [(r["check"], r["key"]) for r in cleared] == [("xid", "xid 119 pci:0000:9b:00")]
     assert hc.check_xid(later).startswith("no XID errors in the last ")
-    # after a clear only what the kernel logged since is read: the window shrinks to the seconds since
-    assert hc.seconds_since_clear(later.config, 3600) <= 2
+    # after a clear only what the kernel logged since is read: the window shrinks to the seconds since (and 2 more)
+    assert 2 <= hc.seconds_since_clear(later.config, 3600) <= 4
 
 
 @pytest.mark.parametrize(

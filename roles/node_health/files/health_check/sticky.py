@@ -89,13 +89,19 @@ def clear_sticky(config: dict[str, Any], by: str) -> list[dict[str, Any]]:
     return records
 
 
+# Kernel log times are whole seconds: a window since a clear reaches this far back before it, so that
+# nothing logged after the clear is missed (what came just before it is read again, and kept again: the
+# safe side; a remedy takes far longer than this).
+CLEAR_MARGIN_S = 2
+
+
 def seconds_since_clear(config: dict[str, Any], window: int) -> int:
     """The kernel log window to read: ``window``, or less when the kept failures were cleared
-    more recently than that (whole seconds, at least 1)."""
+    more recently than that (whole seconds since the clear, plus CLEAR_MARGIN_S)."""
     cleared_at = read_sticky(config)["cleared_at"]
     if not isinstance(cleared_at, (int, float)):
         return window
-    return max(1, min(window, math.floor(time.time() - cleared_at)))
+    return min(window, math.ceil(time.time() - cleared_at) + CLEAR_MARGIN_S)
 
 
 def when(epoch: int) -> str:
