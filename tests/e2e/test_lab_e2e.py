@@ -1236,9 +1236,9 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
     history = corectl("history", "e2e-dgx02", *args, "--last", "6").stdout
     assert "heal: reboot" in history and "heal: resumed" in history, history
     # before the reboot erased them, heal kept the node's kernel log and nvidia-bug-report.sh's report
-    [kept] = [line for line in history.splitlines() if "heal: evidence" in line]
-    folder = Path(re.search(r"before reboot: (\S+) \(", " ".join(history.split())).group(1))  # type: ignore[union-attr]
-    assert "NVRM: Xid (PCI:0000:3a:00): 79, " in (folder / "kernel.log").read_text(), kept
+    assert any(" heal: evidence ok: before reboot: " in row for row in history_rows(history)), history
+    folder = sorted((lab / ".evidence").glob("*/e2e-dgx02"))[-1]  # (the history names it; wrapped at 80 columns)
+    assert "NVRM: Xid (PCI:0000:3a:00): 79, " in (folder / "kernel.log").read_text(), folder
     with gzip.open(folder / "nvidia-bug-report.log.gz", "rt") as report:
         assert report.readline().startswith("Start of NVIDIA bug report log file"), folder
 
