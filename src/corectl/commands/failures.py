@@ -7,7 +7,7 @@ cannot be read is warned about, and the history is shown as kept. The repeat-off
 from group_vars (``corectl_repeat_offender_failures`` failures in ``corectl_repeat_offender_days``
 days; group_vars/all/health.yml, a site overrides it in its own group_vars); ``corectl rma
 --failures/--days`` override it for one report. A failure is a failing health run or a failure
-drain, each failure counted once (corectl.health.failures.failure_count); planned drains count nowhere.
+drain, each failure counted once (corectl.health.drains.failure_count); planned drains count nowhere.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from corectl.health import failures
 from corectl.health.failures import Action, Drain, Entry, Offenders, RmaCase, Verdict, rule, thresholds
 from corectl.health.reliability import Figures, Reliability, reliability
 from corectl.health.report import CHECK_ORDER, failed_checks
+from corectl.health.stamps import parse_stamp
 from corectl.site import Site, groupvars, require_cluster_file
 from corectl.site.inventory import render_site
 from corectl.site.loader import load_cluster
@@ -182,7 +183,7 @@ def report(site: Site, now: datetime, days: int, warn: Warn) -> tuple[Reliabilit
     since, until = failures.window(days, now)
     computes = [node.name for node in load_cluster(site.directory).nodes if "compute" in node.roles]
     evidence = failures.window_evidence(site, since, until)
-    figures = reliability(computes, evidence, failures.parse_stamp(since), failures.parse_stamp(until))
+    figures = reliability(computes, evidence, parse_stamp(since), parse_stamp(until))
     return figures, {"checks": list(CHECK_ORDER[2:]), "thresholds": health_thresholds(site)}
 
 

@@ -18,10 +18,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from corectl.errors import CorectlError
+from corectl.health.drains import Drain, failure_count, is_failure
+from corectl.health.stamps import epoch_stamp, stamp, window
 from corectl.site import Site, groupvars
 from corectl.words import counted
 
@@ -104,35 +106,7 @@ class Action:
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class Drain:
-    """A drain or down of a node that Slurm's accounting recorded: when, until when (None: still),
-    who set it and why; ``failure``: it was a failure (is_failure), not planned work."""
-
-    node: str
-    at: str
-    until: str | None
-    state: str
-    user: str
-    reason: str
-    failure: bool
-
-
 Entry = Verdict | Action | Drain
-
-# Drains that are failures: Slurm's health program's (role slurm), the GPU handover epilog's, heal's
-# escalation, and Slurm's own (set by its SlurmUser: a node not responding, a kill that failed).
-# Every other drain (an operator's, an upgrade's, add-node's and remove-node's) is planned work and
-# is kept out of failure figures.
-FAILURE_REASONS = ("corectl-health:", "corectl-epilog:", "corectl: needs hardware service")
-SLURM_USER = "slurm("
-# A failing health run this long before a failure drain of its node, or during one, is evidence of
-# that failure, not another one (Slurm's program drains within its interval of `corectl health`).
-SAME_FAILURE_LEAD = timedelta(minutes=10)
-
-
-def is_failure(reason: str, user: str) -> bool:
-    return reason.startswith(FAILURE_REASONS) or user.startswith(SLURM_USER)
 
 
 @dataclass(frozen=True)
@@ -164,50 +138,10 @@ class RmaCase:
 # --------------------------------------------------------------------------- time
 
 
-def stamp(at: datetime) -> str:
-    """``2026-11-22T09:12:44Z``: UTC to the second (a naive time is taken as UTC)."""
-    utc = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def window(days: int, now: datetime) -> tuple[str, str]:
-    """(since, until): the last ``days`` days up to ``now``, both ends included."""
-    return stamp(now - timedelta(days=days)), stamp(now)
-
-
 def newest_first(entries: Iterable[Entry]) -> list[Entry]:
     """Newest first; at the same second a drain, then an action come before (after, in time) the
     verdict behind them."""
     return sorted(entries, key=lambda e: (e.at, isinstance(e, Action), isinstance(e, Drain)), reverse=True)
-
-
-def epoch_stamp(seconds: int) -> str:
-    return stamp(datetime.fromtimestamp(seconds, UTC))
-
-
-def parse_stamp(at: str) -> datetime:
-    return datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-
-
-def failure_count(verdicts: Iterable[Verdict], drains: Iterable[Drain]) -> int:
-    """One node's failures: each stretch of failure drains (back to back or overlapping: one
-    failure, whatever its reason became), and each failing health run not within one (or within
-    SAME_FAILURE_LEAD before its start)."""
-    stretches: list[tuple[datetime, datetime | None]] = []
-    for drain in sorted((d for d in drains if d.failure), key=lambda d: d.at):
-        start = parse_stamp(drain.at)
-        end = parse_stamp(drain.until) if drain.until else None
-        if stretches and (stretches[-1][1] is None or start <= stretches[-1][1]):
-            last_start, last_end = stretches[-1]
-            stretches[-1] = (last_start, None if end is None or last_end is None else max(end, last_end))
-        else:
-            stretches.append((start, end))
-
-    def covered(at: datetime) -> bool:
-        return any(start - SAME_FAILURE_LEAD <= at and (end is None or at <= end) for start, end in stretches)
-
-    alone = [v for v in verdicts if not v.ok and not covered(parse_stamp(v.at))]
-    return len(stretches) + len(alone)
 
 
 # --------------------------------------------------------------------------- the file

@@ -6,7 +6,7 @@ Definitions (docs/operations.md says them to operators):
 - the period is [since, until]; P is its length;
 - a failure is a stretch of failure drains of one node (back to back or overlapping drains are one
   stretch, whatever their reasons became), or a failing health run that is not within one (nor in
-  the SAME_FAILURE_LEAD before its start): corectl.health.failures.failure_count's rule;
+  the SAME_FAILURE_LEAD before its start): corectl.health.drains.failure_count's rule;
 - a stretch's class is the check its first drain names (``corectl-health: xid: ...`` is ``xid``,
   heal's ``needs hardware service (xid)`` too), ``gpu-handover`` for the epilog's drains, and
   ``slurm: <reason>`` for Slurm's own; a failing run's class is its first failing check;
@@ -26,7 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from corectl.health.failures import SAME_FAILURE_LEAD, Drain, Verdict, parse_stamp
+from corectl.health.drains import Drain, failure_stretches
+from corectl.health.failures import Verdict
+from corectl.health.stamps import parse_stamp
 
 HEALTH = re.compile(r"^corectl-health: ([a-z0-9-]+):")
 SERVICE = re.compile(r"^corectl: needs hardware service \(([a-z0-9-]+)\)")
@@ -57,26 +59,16 @@ def node_failures(
     node: str, verdicts: Iterable[Verdict], drains: Iterable[Drain], since: datetime, until: datetime
 ) -> list[Failure]:
     """The node's failures in [since, until], oldest first (see the module's definitions)."""
-    stretches: list[tuple[datetime, datetime | None, str]] = []
-    for drain in sorted((d for d in drains if d.failure), key=lambda d: d.at):
-        start, end = parse_stamp(drain.at), parse_stamp(drain.until) if drain.until else None
-        if stretches and (stretches[-1][1] is None or start <= stretches[-1][1]):
-            first, last, cls = stretches[-1]
-            stretches[-1] = (first, None if end is None or last is None else max(end, last), cls)
-        else:
-            stretches.append((start, end, failure_class(drain.reason)))
+    stretches = failure_stretches(drains)
     found = []
-    for start, end, cls in stretches:
-        stop = min(end or until, until)
-        if stop >= since and start <= until:
-            found.append(Failure(node, start, cls, stop - max(start, since)))
-
-    def covered(at: datetime) -> bool:
-        return any(start - SAME_FAILURE_LEAD <= at and (end is None or at <= end) for start, end, _ in stretches)
-
+    for stretch in stretches:
+        stop = min(stretch.end or until, until)
+        if stop >= since and stretch.start <= until:
+            cls = failure_class(stretch.first.reason)
+            found.append(Failure(node, stretch.start, cls, stop - max(stretch.start, since)))
     for verdict in verdicts:
         at = parse_stamp(verdict.at)
-        if not verdict.ok and since <= at <= until and not covered(at):
+        if not verdict.ok and since <= at <= until and not any(s.covers(at) for s in stretches):
             found.append(Failure(node, at, verdict.failed[0].name if verdict.failed else "health", None))
     return sorted(found, key=lambda f: f.at)
 

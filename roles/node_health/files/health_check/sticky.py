@@ -44,8 +44,11 @@ def read_sticky(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_sticky(config: dict[str, Any], data: dict[str, Any]) -> None:
+    write_json(sticky_path(config), data)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
     """Replace the file in one step (a crash leaves the old one or the new one, never half)."""
-    path = sticky_path(config)
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".sticky-", dir=path.parent)
     try:
@@ -118,8 +121,4 @@ def read_json_state(config: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def write_json_state(config: dict[str, Any], name: str, data: dict[str, Any]) -> None:
-    path = Path(config["state_dir"]) / name
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json(Path(config["state_dir"]) / name, data)
