@@ -129,6 +129,9 @@ class SimNode:
             "nvlink_error_max": 100,
             "ib_sysfs_root": str(root / "sysfs" / "class" / "infiniband"),
             "edac_sysfs_root": str(root / "sysfs" / "devices" / "system" / "edac" / "mc"),
+            "nvme_count": 10,
+            "nvme_sysfs_root": str(root / "sysfs" / "class" / "nvme"),
+            "nvme_smart_command": ["gpu-sim", "nvme-smart-log", "{device}"],
             "ib_rate_gbps": 400,
             "ib_ports": 8,
             "gpudirect_module": "nvidia_peermem",
@@ -247,6 +250,9 @@ def test_healthy_node_passes_every_check(node: SimNode):
     assert message(report, "gpudirect") == "nvidia_peermem loaded"
     assert message(report, "nvlink") == "8 GPUs x 18 links active"
     assert message(report, "clock").startswith("synchronised to ntp.example.org")
+    assert message(report, "nvme") == (
+        "10 NVMe drives live, no SMART critical warning; most worn: nvme9 at 2% of its rated endurance"
+    )
     # Slurm's view of a healthy node: no output, exit 0
     slurm = node.check("--slurm")
     assert (slurm.returncode, slurm.stdout) == (0, "")
@@ -279,7 +285,14 @@ FAULTS = [
     ("fabric-incomplete", ["set", "gpus.5.fabric.state", "In Progress"], "fabric", "GPU 5 (00000000:AB:00.0)"),
     ("nvlink-errors", ["set", "gpus.2.nvlinks.4.crc_errors", "5000"], "nvlink", "GPU 2 link 4 CRC Errors 5000"),
     ("slurmd-down", None, "services", "slurmd is failed"),
-    ("clock-unsynced", None, "clock", "clock not synchronised"),
+    ("nvme-missing", ["fault", "nvme-missing", "--device", "nvme9"], "nvme", "9 of 10 NVMe drives present: nvme[0-8]"),
+    (
+        "nvme-warning",
+        ["fault", "nvme-warning", "--device", "nvme3"],
+        "nvme",
+        "nvme3 SMART critical warning 0x04: reliability degraded (media or internal errors)",
+    ),
+    ("clock-unsynced", None, "clock", "clock not synchronised for 0 s (chrony leap status Not synchronised)"),
     ("clock-local-reference", None, "clock", "clock not synchronised to a real source: chrony is serving its local"),
     ("gpu-off-the-bus-no-xid", None, "xid", "GPU on PCI:0000:b3:00 has fallen off the bus and is not responding"),
 ]
@@ -305,8 +318,9 @@ def test_fault_is_reported_by_the_right_check(
         node.smi("-pm", "0", "-i", "4")
     elif fault == "slurmd-down":
         node.service("slurmd", "failed")
-    elif fault == "clock-unsynced":
+    elif fault == "clock-unsynced":  # no grace: fails at once
         node.chrony.write_text(CHRONY_UNSYNCED)
+        node.config["clock_unsynced_grace_s"] = 0
     elif fault == "clock-local-reference":
         node.chrony.write_text(CHRONY_LOCAL)
     elif fault == "gpu-off-the-bus-no-xid":  # the real probe-time message, read from the kernel log as the only fault
@@ -326,6 +340,31 @@ def test_slurm_format_is_the_first_failure(node: SimNode):
     assert slurm.stdout.splitlines() == [
         "ecc: GPU 2: 1 volatile uncorrectable ECC error(s) (max 0), row remap pending (reset the GPU)"
     ]
+
+
+def test_an_unsynchronised_clock_warns_until_its_grace_has_passed_and_a_sync_ends_it(node: SimNode):
+    node.config["clock_unsynced_grace_s"] = 300
+    node.chrony.write_text(CHRONY_UNSYNCED)
+    rc, report = node.report("--only", "clock")
+    assert rc == 0, report
+    assert message(report, "clock").startswith("warning: clock not synchronised for 0 s (chrony leap status Not ")
+    state = Path(node.config["state_dir"]) / "clock.json"
+    since = json.loads(state.read_text())["unsynced_since"]
+    assert abs(since - time.time()) < 60
+    # still unsynchronised 301 s after it was first seen so: the node fails
+    state.write_text(json.dumps({"unsynced_since": since - 301}))
+    rc, report = node.report("--only", "clock")
+    assert rc == 1
+    assert re.match(
+        r"clock not synchronised for 30\d s \(chrony leap status Not synchronised\)$", message(report, "clock")
+    )
+    # synchronised again: passes, and the next loss of sync starts its own grace
+    node.chrony.write_text(CHRONY_SYNCED)
+    assert node.report("--only", "clock")[0] == 0
+    assert json.loads(state.read_text()) == {}
+    node.chrony.write_text(CHRONY_UNSYNCED)
+    rc, report = node.report("--only", "clock")
+    assert rc == 0 and message(report, "clock").startswith("warning: clock not synchronised for 0 s"), report
 
 
 def test_clearing_the_fault_passes_again(node: SimNode):
@@ -473,7 +512,7 @@ def test_no_gpus_skips_the_gpu_checks(node: SimNode):
     rc, report = node.report()
     assert rc == 0, report
     skipped = {c["name"] for c in report["checks"] if c["status"] == "skip"}
-    assert skipped >= set(CHECK_ORDER) - {"mounts", "services", "clock", "aer", "edac"}  # the host's own
+    assert skipped >= set(CHECK_ORDER) - {"mounts", "nvme", "services", "clock", "aer", "edac"}  # the host's own
     assert message(report, "gpu-count") == "no GPUs expected (gpu_count 0)"
 
 

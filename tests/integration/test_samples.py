@@ -53,13 +53,17 @@ def sample(name: str) -> str:
     return (SAMPLES / name).read_text()
 
 
+# every canned node's state directory, removed when the tests end
+STATE_ROOT = tempfile.TemporaryDirectory(prefix="corectl-sticky-")
+
+
 class CannedNode(hc.Node):
     """The checker's Node, answering commands from canned (real) output instead of running them."""
 
     def __init__(self, outputs: dict[tuple[str, ...], str], driver: str | None = None, **settings: object) -> None:
         config = json.loads(json.dumps({key: default for key, (_kind, default) in hc.SETTINGS.items()}))
         # the shipped catalog, and failures kept in a directory of this node's own
-        config.update(xid_catalog=xid_catalog(), state_dir=tempfile.mkdtemp(prefix="corectl-sticky-"))
+        config.update(xid_catalog=xid_catalog(), state_dir=tempfile.mkdtemp(dir=STATE_ROOT.name))
         config.update(settings)
         super().__init__(config)
         self.outputs = outputs
@@ -854,3 +858,56 @@ def test_ib_counters_of_a_real_h100_port(tmp_path: Path):
             "excessive_buffer_overrun_errors": 15,
         }
     }
+
+
+def nvme_tree(root: Path, drives: int) -> Path:
+    """/sys/class/nvme of a host with ``drives`` live PCIe NVMe controllers (the kernel's file names)."""
+    for n in range(drives):
+        (root / f"nvme{n}").mkdir(parents=True)
+        (root / f"nvme{n}" / "state").write_text("live\n")
+        (root / f"nvme{n}" / "transport").write_text("pcie\n")
+    return root
+
+
+SMART = ("nvme", "smart-log", "{device}", "--output-format=json")
+
+
+@pytest.mark.parametrize(
+    ("name", "worn"),
+    [("nvme-smart-log-json.v2.11.netdata-fixture.json", 30), ("nvme-smart-log-json.pre-v2.11.netdata-fixture.json", 2)],
+)
+def test_nvme_smart_logs_of_both_nvme_cli_formats(tmp_path: Path, name: str, worn: int):
+    log = sample(name)
+    outputs = {tuple(a.replace("{device}", f"/dev/nvme{n}") for a in SMART): log for n in range(10)}
+    node = CannedNode(outputs, nvme_count=10, nvme_sysfs_root=str(nvme_tree(tmp_path, 10)), nvme_smart_command=SMART)
+    assert hc.check_nvme(node) == (
+        f"10 NVMe drives live, no SMART critical warning; most worn: nvme9 at {worn}% of its rated endurance"
+    )
+    # the same log with the critical warning of a real failed drive (0x9: spare below its threshold, read-only)
+    failed = json.loads(log)
+    if isinstance(failed["critical_warning"], dict):
+        failed["critical_warning"].update(value=9, available_spare=1, ro=1)
+    else:
+        failed["critical_warning"] = 9
+    outputs[("nvme", "smart-log", "/dev/nvme4", "--output-format=json")] = json.dumps(failed)
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_nvme(CannedNode(outputs, nvme_count=10, nvme_sysfs_root=str(tmp_path), nvme_smart_command=SMART))
+    assert str(raised.value) == "nvme4 SMART critical warning 0x09: spare capacity below its threshold, read-only"
+
+
+def test_a_missing_or_dead_nvme_drive_fails_and_fabric_controllers_are_not_counted(tmp_path: Path):
+    root = nvme_tree(tmp_path, 9)
+    (root / "nvme3" / "state").write_text("dead\n")
+    (root / "nvme9").mkdir()  # an NVMe over Fabrics controller: not one of this node's drives
+    (root / "nvme9" / "transport").write_text("tcp\n")
+    node = CannedNode({}, nvme_count=10, nvme_sysfs_root=str(root), nvme_smart_command=[])
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_nvme(node)
+    assert str(raised.value) == ("9 of 10 NVMe drives present: nvme[0-8]; nvme3 dead")
+    (root / "nvme3" / "state").write_text("live\n")
+    node = CannedNode({}, nvme_count=9, nvme_sysfs_root=str(root), nvme_smart_command=[])
+    assert hc.check_nvme(node) == "9 NVMe drives live (SMART not read: nvme_smart_command empty)"
+    node = CannedNode({}, nvme_count=9, nvme_sysfs_root=str(root), nvme_smart_command=["nvme", "smart-log", "{device}"])
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_nvme(node)
+    assert str(raised.value).startswith("nvme0 SMART log unreadable (rc 2: not canned: ('nvme', 'smart-log', ")

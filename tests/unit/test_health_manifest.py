@@ -8,16 +8,19 @@ import json
 import re
 import subprocess
 import sys
+import typing
 
 import pytest
 import yaml
 
 from conftest import CHECKER, ROOT
 from corectl.health.report import CHECK_ORDER
+from corectl.site.model import POSITIVE_THRESHOLDS, HealthThreshold
 
 ROLE = ROOT / "roles" / "node_health"
 # the role's own variables, which are not checker settings: where things go, and Slurm's hook
-ROLE_ONLY = {"program", "config", "check_dir", "slurm_dcgm_diag_level"}
+# (and the package for the NVMe SMART logs, and cluster.yml's thresholds over the settings)
+ROLE_ONLY = {"program", "config", "check_dir", "slurm_dcgm_diag_level", "nvme_package", "thresholds"}
 # a manifest type -> the argument spec types its variable may have (a path is a string)
 SPEC_TYPES = {
     "int": {"int"},
@@ -91,3 +94,9 @@ def test_the_shipped_checker_is_the_bundle_of_its_package():
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_cluster_yml_thresholds_are_whole_number_settings_of_the_checker(manifest: dict):
+    names = set(typing.get_args(HealthThreshold))
+    assert {name: manifest["settings"].get(name, {}).get("type") for name in names} == dict.fromkeys(names, "int")
+    assert names >= POSITIVE_THRESHOLDS

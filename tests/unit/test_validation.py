@@ -121,6 +121,14 @@ VARIANTS = [
     # issue 33: the site's Xid classes
     ("{63: application}", "{63: harmless}", "health.xid_classes.63", "should be 'ignore', 'application' or 'hardware'"),
     ("{63: application}", "{-5: application}", "health.xid_classes.-5", "greater than or equal to 1"),
+    (
+        "{max_temperature: 87,",
+        "{max_temperature: -5,",
+        "health.thresholds.max_temperature",
+        "greater than or equal to 0",
+    ),
+    ("{max_temperature: 87,", "{xid_window_s: 0,", "health.thresholds.xid_window_s", "must be at least 1 (0 would"),
+    ("{max_temperature: 87,", "{max_temp: 87,", "health.thresholds.max_temp", "should be 'max_temperature', "),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]
@@ -179,8 +187,8 @@ def test_cli_prints_one_line_error_without_traceback(prod_copy: Path, root: Path
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().splitlines() == [
-        f"{prod_copy}/cluster.yml:4: cluster.name: required key is missing",
-        f"{prod_copy}/cluster.yml:5: cluster.nmae: unknown key (did you mean 'name'?)",
+        f"{prod_copy}/cluster.yml:3: cluster.name: required key is missing",
+        f"{prod_copy}/cluster.yml:4: cluster.nmae: unknown key (did you mean 'name'?)",
     ]
 
 

@@ -48,6 +48,7 @@ CHECK_ORDER = (
     "ib-errors",
     "gpudirect",
     "mounts",
+    "nvme",
     "services",
     "clock",
     "dcgm-diag",

@@ -139,6 +139,7 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
                 "threads_per_core": 1,
                 "memory_mb": 1024,
                 "scratch": "/raid",
+                "nvme_drives": 10,  # gpu-sim's stand-in drives (2 boot + 8 data, as a DGX H100)
                 "gpudirect_rdma": True,
                 "gpus": {"count": 8, "model": "h100", "nvswitch": True, "autodetect": "off"},
             },
@@ -199,6 +200,8 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
         ],
         "monitoring": {"prometheus": True, "scrape_interval": "15s", "retention": "2d"},
+        # chrony on a loaded 2-core machine can lose its (same-kernel) source for minutes: a longer grace
+        "health": {"thresholds": {"clock_unsynced_grace_s": 600}},
         **(
             {
                 "control": {
@@ -246,6 +249,9 @@ LAB_GROUP_VARS = {
     "slurm_health_check_interval": 30,
     "node_health_ib_sysfs_root": "/var/lib/gpu-sim/sysfs/class/infiniband",
     "node_health_edac_sysfs_root": "/var/lib/gpu-sim/sysfs/devices/system/edac/mc",
+    # and its NVMe drives (a tree like /sys/class/nvme, SMART logs in nvme-cli's JSON)
+    "node_health_nvme_sysfs_root": "/var/lib/gpu-sim/sysfs/class/nvme",
+    "node_health_nvme_smart_command": ["gpu-sim", "nvme-smart-log", "{device}"],
     "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
     "corectl_heal_kernel_log": ["gpu-sim", "kernel-log"],  # what heal keeps before a reboot
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh

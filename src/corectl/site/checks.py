@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corectl import hostlist
-from corectl.site.model import BMC_DEFAULT_PORTS, Bmc, ClusterConfig, Node, NodeBmc, Switch
+from corectl.site.model import BMC_DEFAULT_PORTS, POSITIVE_THRESHOLDS, Bmc, ClusterConfig, Node, NodeBmc, Switch
 from corectl.site.yamlsrc import PathKey, dotted
 
 
@@ -139,7 +139,16 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_accounting(config, nodes)
     problems += _check_storage(config)
     problems += _check_control(config)
+    problems += _check_health(config)
     return problems
+
+
+def _check_health(config: ClusterConfig) -> list[Problem]:
+    return [
+        Problem(("health", "thresholds", name), f"must be at least 1 (0 would turn the {name} limit off)")
+        for name, value in config.health.thresholds.items()
+        if name in POSITIVE_THRESHOLDS and value < 1
+    ]
 
 
 def _check_control(config: ClusterConfig) -> list[Problem]:

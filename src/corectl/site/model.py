@@ -101,6 +101,9 @@ class Profile(Strict):
     memory_mb: Annotated[int, Field(ge=256, le=2**40, description="Slurm RealMemory in MiB")]
     gpus: GpuSpec | None = None
     scratch: AbsPath | None = Field(None, description="local scratch directory, e.g. /raid")
+    nvme_drives: Annotated[int, Field(ge=0, le=64)] = Field(
+        0, description="NVMe drives health checks find live (DGX H100: 2 boot + 8 data = 10); 0 = not checked"
+    )
     gpudirect_rdma: bool = Field(
         False, description="load nvidia-peermem at boot (GPUDirect RDMA) on this profile's nodes of an RDMA fabric"
     )
@@ -284,6 +287,22 @@ class Monitoring(Strict):
 
 XidNumber = Annotated[int, Field(ge=1, le=999)]
 XidClass = Literal["ignore", "application", "hardware"]
+# The health checks' limits a site may set here: the checker's settings of the same names (their defaults and
+# meaning: roles/node_health/defaults/main.yml, docs/roles.md); each a whole number, 0 or more.
+HealthThreshold = Literal[
+    "max_temperature",
+    "max_memory_temperature",
+    "ecc_volatile_uncorrected_max",
+    "nvlink_error_max",
+    "pcie_replay_max",
+    "xid_window_s",
+    "edac_ue_max",
+    "ib_error_increase_max",
+    "ib_link_downed_max",
+    "clock_unsynced_grace_s",
+]
+# of these, the ones 0 would turn off unnoticed (a kernel log window of 0 s reads no Xid at all)
+POSITIVE_THRESHOLDS = frozenset({"xid_window_s", "max_temperature", "max_memory_temperature"})
 
 
 class Health(Strict):
@@ -294,6 +313,11 @@ class Health(Strict):
         default_factory=dict,
         description="Xid -> ignore (drains nothing), application (reported, not drained) or hardware (drained "
         "and kept until heal or corectl resume), over the class NVIDIA's catalog gives it",
+    )
+    thresholds: dict[HealthThreshold, Annotated[int, Field(ge=0, le=1_000_000_000)]] = Field(
+        default_factory=dict,
+        description="the health checks' limits, over the role's defaults (e.g. max_temperature: 83, "
+        "ib_error_increase_max: 10, xid_window_s: 3600)",
     )
 
 

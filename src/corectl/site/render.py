@@ -243,7 +243,10 @@ def site_vars(cluster: Cluster) -> dict[str, Any]:
         "corectl_groups": [g.model_dump() for g in config.groups],
         "corectl_users": [u.model_dump() for u in config.users],
         "corectl_monitoring": config.monitoring.model_dump(),
-        "corectl_health": {"xid_classes": {str(x): c for x, c in sorted(config.health.xid_classes.items())}},
+        "corectl_health": {
+            "xid_classes": {str(x): c for x, c in sorted(config.health.xid_classes.items())},
+            "thresholds": dict(sorted(config.health.thresholds.items())),
+        },
     }
     if config.fabric is not None:
         data["corectl_fabric"] = fabric_vars(config.fabric)

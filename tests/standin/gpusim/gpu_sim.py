@@ -4,7 +4,7 @@
 gpu-sim init [--gpus 8] [--model M] [--no-nvswitch] [--hostname H] [--force]
 gpu-sim show
 gpu-sim set <dotted.path> <json-or-string>       e.g. gpu-sim set gpus.3.temperature_c 95
-gpu-sim fault <name> [--gpu N] [--xid N] [--link N] [--device mlx5_N]
+gpu-sim fault <name> [--gpu N] [--xid N] [--link N] [--device mlx5_N|nvmeN]
                         (ib-errors, ib-flap: a port's counters grow; they fall back to 0 only at a boot)
 gpu-sim clear [<name>|all] [--gpu N] [--device mlx5_N]
 gpu-sim reload          simulate unloading and loading the nvidia kernel module
@@ -13,6 +13,7 @@ gpu-sim boot            what a boot does (run by gpu-sim-boot.service); after a 
                         kernel modules become those of /etc/modules-load.d/*.conf
 gpu-sim driver-installed  driver package postinst: load the driver if none is loaded yet
 gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat)
+gpu-sim nvme-smart-log /dev/nvmeN  a drive's SMART log as `nvme smart-log -o json` prints it
 gpu-sim modprobe NAME   load a kernel module: add it to the stand-in's /proc/modules (GPU_SIM_MODULES)
 gpu-sim rmmod NAME      unload it; a boot loads only what /etc/modules-load.d/*.conf names
 gpu-sim attach --gpu N --pid PID [--memory MIB] [--stuck]
@@ -40,11 +41,13 @@ import gpusim  # noqa: E402
 # lost-gpu: fallen off the bus, back after a cold start (power off and on); dead-gpu: never back
 # pcie-narrow: the link trained at x8 of x16 (while busy); hbm-hot: its memory at 100 C; ib-errors: 1,000
 # symbol errors more on a port; ib-flap: its link went down twice and came back; edac-ue: an uncorrectable
-# host memory error on memory controller mc1
+# host memory error on memory controller mc1; nvme-missing: a drive left the bus (--device nvme9); nvme-warning:
+# a drive's SMART critical warning "reliability degraded" (--device nvme3)
 FAULTS = (
     "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
-    "ib-errors", "ib-flap", "edac-ue",
+    "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning",
 )  # fmt: skip
+NVME_FAULT_DRIVE = {"nvme-missing": "nvme9", "nvme-warning": "nvme3"}
 
 
 def _die(message: str, code: int = 1) -> int:
@@ -127,7 +130,22 @@ def _ib(state: dict[str, Any], device: str) -> dict[str, Any]:
     raise KeyError(f"no IB device {device}")
 
 
+def _nvme(state: dict[str, Any], device: str) -> str:
+    if device not in [f"nvme{n}" for n in range(int(state.get("nvme_drives", gpusim.NVME_DRIVES)))]:
+        raise KeyError(f"no NVMe drive {device}")
+    return device
+
+
 def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
+    if name in NVME_FAULT_DRIVE:
+        device = _nvme(state, args.device or NVME_FAULT_DRIVE[name])
+        nvme = state.setdefault("nvme", {})
+        if name == "nvme-missing":
+            nvme["missing"] = sorted({*nvme.get("missing", []), device})
+        else:
+            nvme.setdefault("warnings", {})[device] = 0x04  # reliability degraded
+        return
+    args.device = args.device or "mlx5_0"
     if name == "ib-down":
         _ib(state, args.device)["state"] = "DOWN"
         return
@@ -167,6 +185,16 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
 
 
 def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
+    if name in ("nvme-missing", "nvme-warning", "all"):
+        nvme = state.get("nvme", {})
+        key = "missing" if name == "nvme-missing" else "warnings"
+        for part in ("missing", "warnings") if name == "all" else (key,):
+            if args.device is None:
+                nvme.pop(part, None)
+            elif part == "missing":
+                nvme["missing"] = [d for d in nvme.get("missing", []) if d != args.device]
+            else:
+                nvme.get("warnings", {}).pop(args.device, None)
     if name in ("ib-down", "all"):
         for port in state["ib_ports"]:
             if args.device in (None, port["device"]):
@@ -346,6 +374,15 @@ def cmd_kernel_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nvme_smart_log(args: argparse.Namespace) -> int:
+    state = gpusim.load()
+    name = args.device.removeprefix("/dev/")
+    if name not in gpusim.nvme_drives(state):
+        return _die(f"{args.device}: No such file or directory")
+    print(json.dumps(gpusim.nvme_smart_log(state, name), indent=2))
+    return 0
+
+
 def process_name(pid: int) -> str:
     """The executable as nvidia-smi names a compute process (its full path)."""
     try:
@@ -410,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--gpu", type=int)
         p.add_argument("--xid", type=int, default=79)
         p.add_argument("--link", type=int, default=3)
-        p.add_argument("--device", default="mlx5_0" if name == "fault" else None)
+        p.add_argument("--device", help="mlx5_N (default mlx5_0) or nvmeN (default: nvme9 missing, nvme3 warning)")
         p.set_defaults(func=func)
 
     sub.add_parser("reload", help="simulate an nvidia module reload").set_defaults(func=cmd_reload)
@@ -419,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     klog = sub.add_parser("kernel-log", help="XID events in the kernel's format (like journalctl -k -o cat)")
     klog.add_argument("--since", type=float, help="only events of the last SECONDS")
     klog.set_defaults(func=cmd_kernel_log)
+    smart = sub.add_parser("nvme-smart-log", help="an NVMe drive's SMART log (as nvme smart-log -o json)")
+    smart.add_argument("device", help="/dev/nvmeN")
+    smart.set_defaults(func=cmd_nvme_smart_log)
     for name, func, helptext in (
         ("modprobe", cmd_modprobe, "load a kernel module (the stand-in's module list)"),
         ("rmmod", cmd_rmmod, "unload a kernel module (the stand-in's module list)"),

@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -553,6 +554,47 @@ def notify_ready() -> None:
 
 
 EDAC_CONTROLLERS = 2  # a two-socket host: one memory controller per socket
+NVME_DRIVES = 10  # as a DGX H100: 2 M.2 boot drives and 8 U.2 data drives (nvme0-1 boot, nvme2-9 data)
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def nvme_drives(state: dict[str, Any]) -> list[str]:
+    """The stand-in NVMe controllers present (a missing one has left the bus)."""
+    missing = set(state.get("nvme", {}).get("missing", []))
+    return [f"nvme{n}" for n in range(int(state.get("nvme_drives", NVME_DRIVES))) if f"nvme{n}" not in missing]
+
+
+def nvme_smart_log(state: dict[str, Any], name: str) -> dict[str, Any]:
+    """A drive's SMART / Health log as nvme-cli prints it with --output-format=json (the keys of the real
+    samples in tests/samples/); critical_warning is what `gpu-sim fault nvme-warning` set."""
+    warning = int(state.get("nvme", {}).get("warnings", {}).get(name, 0))
+    return {
+        "critical_warning": warning,
+        "temperature": 308,
+        "avail_spare": 100 if not warning & 0x01 else 5,
+        "spare_thresh": 10,
+        "percent_used": 1 if name in ("nvme0", "nvme1") else 2,
+        "endurance_grp_critical_warning_summary": 0,
+        "data_units_read": 1203345,
+        "data_units_written": 2950112,
+        "host_read_commands": 20311455,
+        "host_write_commands": 61224309,
+        "controller_busy_time": 118,
+        "power_cycles": 41,
+        "power_on_hours": 7281,
+        "unsafe_shutdowns": 12,
+        "media_errors": 0 if not warning & 0x04 else 3,
+        "num_err_log_entries": 0,
+        "warning_temp_time": 0,
+        "critical_comp_time": 0,
+    }
+
 
 # The error counters of an mlx5 port's counters/ directory the checks read (and link_downed)
 IB_COUNTERS = (
@@ -591,6 +633,23 @@ def write_sysfs(state: dict[str, Any]) -> None:
                 target = directory / name
                 if not target.exists() or target.read_text() != text + "\n":
                     target.write_text(text + "\n")
+        # NVMe controllers: <sysfs>/class/nvme/nvme<N>/{state,transport,model,serial}; a missing one is gone
+        nvme, present = sysfs_root() / "class" / "nvme", nvme_drives(state)
+        for gone in nvme.glob("nvme*") if nvme.is_dir() else []:
+            if gone.name not in present:
+                shutil.rmtree(gone)
+        for name in present:
+            (nvme / name).mkdir(parents=True, exist_ok=True)
+            boot = name in ("nvme0", "nvme1")
+            files = {
+                "state": "live",
+                "transport": "pcie",
+                "model": "gpu-sim NVMe " + ("boot drive" if boot else "data drive"),
+                "serial": f"GPUSIM{int(name[4:]):04d}",
+            }
+            for file, text in files.items():
+                if _read_text(nvme / name / file) != text + "\n":
+                    (nvme / name / file).write_text(text + "\n")
         # host memory controllers (EDAC): <sysfs>/devices/system/edac/mc/mc<N>/{ue_count,ce_count}
         edac = sysfs_root() / "devices" / "system" / "edac" / "mc"
         for name, counts in {**{f"mc{n}": {} for n in range(EDAC_CONTROLLERS)}, **state.get("edac", {})}.items():

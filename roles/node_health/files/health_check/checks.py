@@ -28,7 +28,7 @@ from .network import check_gpudirect, check_ib, check_ib_errors
 from .nvlink import check_nvlink
 from .services import check_clock, check_services
 from .sticky import clear_sticky, when
-from .storage import check_mounts
+from .storage import check_mounts, check_nvme
 from .xid import check_aer, check_xid
 
 
@@ -67,8 +67,9 @@ CHECKS: list[Check] = [
     Check("ib-errors", check_ib_errors, ("ib_error_counters", "ib_error_increase_max", "ib_link_downed_max")),
     Check("gpudirect", check_gpudirect, ("gpudirect_module", "modules_file")),
     Check("mounts", check_mounts, ("mounts",)),
+    Check("nvme", check_nvme, ("nvme_count", "nvme_sysfs_root", "nvme_smart_command")),
     Check("services", check_services, ("services",)),
-    Check("clock", check_clock, ("clock",)),
+    Check("clock", check_clock, ("clock", "clock_unsynced_grace_s")),
     Check("dcgm-diag", check_dcgm_diag, ("dcgm_diag_level", "dcgm_diag_timeout_s")),
 ]
 CHECK_NAMES = [check.name for check in CHECKS]
