@@ -927,9 +927,50 @@ def test_health_passes_on_every_compute_node(lab: Path):
     assert all(re.fullmatch(r"ok \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", v) for v in verdicts.values()), verdicts
 
 
-def test_burn_in_says_why_it_is_skipped(lab: Path):
-    result = corectl("health", "--burn-in", "--inventory", str(lab))
-    assert result.stdout.count("all_reduce_perf is not installed") == 2, result.stdout
+def test_burn_in_runs_through_slurm_on_idle_and_drained_nodes_and_drains_a_slow_one(lab: Path):
+    """Issue 33: burn-in runs all_reduce_perf (nccl-tests' stand-in) as Slurm jobs: on the idle dgx01 as an
+    exclusive job; on dgx02, drained for a kept Xid (Slurm starts no job on a drained node), through a
+    maintenance reservation of its own, with Slurm's health program holding its drain meanwhile; dgx02 is
+    drained again with the reason it had and the reservation is gone. A node whose NCCL runs at a quarter of
+    its bandwidth is drained with the figure in its reason."""
+    args = ["--inventory", str(lab)]
+    docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "3", "--xid", "119")
+    try:
+        drain_by_health(DGX2, "e2e-dgx02", "xid")
+        drained = slurm_reason("e2e-dgx02")
+        result = corectl("health", "--burn-in", *args)
+        rows = {row[0]: row[1:3] for row in table_rows(result.stdout) if row[0].startswith("e2e-")}
+        assert rows == {"e2e-dgx01": ["pass", "470.3"], "e2e-dgx02": ["pass", "470.3"]}, result.stdout
+        assert slurm_reason("e2e-dgx02") == drained  # drained again, for what it was drained for
+        assert "corectl-burn-in" not in docker_exec(HEAD, "scontrol", "show", "reservation")
+        jobs = docker_exec(
+            HEAD,
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "--name=corectl-burn-in",
+            "-S",
+            "now-1hours",
+            "-o",
+            "NodeList,Reservation,State",
+        ).split()
+        assert sorted(jobs) == ["e2e-dgx01||COMPLETED", "e2e-dgx02|corectl-burn-in-e2e-dgx02|COMPLETED"], jobs
+        # a slow node fails and is drained with its figure
+        docker_exec(DGX1, "gpu-sim", "fault", "nccl-slow")
+        slow = corectl("health", "--burn-in", *args, "--limit", "e2e-dgx01", check=False)
+        assert slow.returncode == 1, slow.stdout
+        assert (
+            slurm_reason("e2e-dgx01") == "drain|corectl burn-in: bus bandwidth 117.6 GB/s at 8 GiB < expected 450 GB/s"
+        )
+    finally:
+        docker_exec(DGX1, "gpu-sim", "clear", "nccl-slow")
+        docker_exec(
+            DGX2, "sh", "-c", "gpu-sim clear xid && corectl-health-check --clear-sticky 'e2e: cleanup' >/dev/null"
+        )
+    corectl("resume", "e2e-dgx[01-02]", *args)
+    for node in ("e2e-dgx01", "e2e-dgx02"):
+        assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 90) == "idle|none"
 
 
 HEALTH_HOOK = "/usr/local/sbin/corectl-node-health"  # Slurm's HealthCheckProgram on every compute node
@@ -1891,8 +1932,9 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
             "e2e-runner1-1",
             "e2e-runner2-1",
         ]
-        burn = corectl("health", "--burn-in", *args).stdout
-        assert burn.count("all_reduce_perf is not installed") == 4, burn
+        burn = corectl("health", "--burn-in", *args).stdout  # each node's all_reduce_perf, a Slurm job
+        rows = {row[0]: row[1:3] for row in table_rows(burn) if row[0].startswith("e2e-")}
+        assert rows == {f"e2e-dgx0{i}": ["pass", "470.3"] for i in range(1, 5)}, burn
         assert len(runs(lab)[-1]["shards"]) == 2
         upgrade = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx03,e2e-dgx04", "--batch", "2").stdout
         record = runs(lab)[-1]

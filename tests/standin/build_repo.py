@@ -171,6 +171,8 @@ def gpu_sim_package() -> Package:
     pkg = Package("gpu-sim", "1.0-1", "simulated NVIDIA GPUs for test nodes", arch="all", depends=["python3"])
     pkg.add_source("/usr/lib/gpu-sim/gpusim.py", "gpusim/gpusim.py")
     pkg.add_source("/usr/bin/gpu-sim", "gpusim/gpu_sim.py", 0o755)
+    # nccl-tests' all_reduce_perf (built from GitHub on real nodes), answering for the simulated GPUs
+    pkg.add_source("/usr/bin/gpu-sim-all-reduce-perf", "nccltests/all_reduce_perf.py", 0o755)
     pkg.add_source("/lib/systemd/system/gpu-sim-boot.service", "gpusim/gpu-sim-boot.service")
     pkg.postinst = postinst(
         SYSTEMD_RELOAD + "systemctl enable gpu-sim-boot.service >/dev/null 2>&1 || true\n"

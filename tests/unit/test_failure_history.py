@@ -493,6 +493,7 @@ def test_slurms_events_are_read_from_sacctmgr():
         ("corectl-health: xid: XID 119 on PCI:0000:9a:00", "root(0)", True),  # Slurm's health program
         ("corectl-epilog: job 12 left pid 4242 (python) on GPU 3, still there after SIGKILL", "root(0)", True),
         ("corectl: needs hardware service (xid)", "root(0)", True),  # heal gave up
+        ("corectl burn-in: bus bandwidth 117.6 GB/s at 8 GiB < expected 450 GB/s", "root(0)", True),
         ("Not responding", "slurm(64030)", True),  # Slurm itself
         ("Kill task failed", "slurm(64030)", True),
         ("DIMM swap", "root(0)", False),  # an operator's

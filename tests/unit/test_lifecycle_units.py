@@ -169,6 +169,8 @@ def test_burn_in_reads_each_nodes_result_from_the_event_stream(prod_copy: Path, 
 
     def run_site(request: RunRequest, sink: Any, **_: Any) -> RunResult:
         seen.append(request)
+        if request.playbook != "burn-in.yml":
+            return RunResult("successful", 0, {}, Path("/nonexistent/run"), 1.0)
         for host, raw in said.items():
             res = {"ansible_facts": {"burn_in_result": raw}}
             sink({"event": "runner_on_ok", "event_data": {"host": host, "task": burnin.RESULT_TASK, "res": res}})
@@ -181,6 +183,17 @@ def test_burn_in_reads_each_nodes_result_from_the_event_stream(prod_copy: Path, 
     rows = [line.split("│")[1:3] for line in result.stdout.splitlines() if "│ dgx0" in line]
     assert [[cell.strip() for cell in row] for row in rows] == [["dgx01", "pass"], ["dgx02", "fail"]]
     assert seen[0].limit == "compute" and seen[0].playbook == "burn-in.yml"
+    # the slow node is drained with its figure in the reason; the fast one is left as it was
+    [drain] = seen[1:]
+    assert (drain.playbook, drain.extravars["corectl_state_nodes"], drain.extravars["corectl_state"]) == (
+        "node-state.yml",
+        "dgx02",
+        "drain",
+    )
+    assert (
+        drain.extravars["corectl_state_reason"]
+        == "corectl burn-in: bus bandwidth 201.5 GB/s (average) < expected 450 GB/s"
+    )
 
 
 def test_burn_in_verdicts():

@@ -1,4 +1,5 @@
-"""health --burn-in: NCCL all_reduce bus bandwidth per node, through Slurm (playbooks/burn-in.yml)."""
+"""health --burn-in: NCCL all_reduce bus bandwidth per node, through Slurm (playbooks/burn-in.yml); a node
+that fails is drained with the figure in its reason."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from corectl import ansible
+from corectl import ansible, slurm
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.site import Site
@@ -45,11 +46,13 @@ class BurnIn:
     busbw_gbps: float | None
     expected_gbps: float
     message: str
+    drained_for: str = ""  # the reason the node was drained for before (run through a reservation)
 
 
 def judge(raw: dict) -> BurnIn:
     """One node's verdict from what the playbook saved."""
     node, expected = raw["node"], float(raw.get("expected_gbps") or 0)
+    before = str(raw.get("drained_for") or "")
     if not raw.get("gpus"):
         return BurnIn(node, "skip", None, expected, "no GPUs in the node's profile")
     if not raw.get("tool"):
@@ -58,16 +61,16 @@ def judge(raw: dict) -> BurnIn:
     found = measured(output)
     if raw.get("rc") != 0 or found is None:
         lines = [line for line in output.splitlines() if line.strip()]
-        return BurnIn(
-            node, "fail", None, expected, f"all_reduce_perf failed (rc {raw.get('rc')}): {lines[-1] if lines else ''}"
-        )
+        message = f"all_reduce_perf failed (rc {raw.get('rc')}): {lines[-1] if lines else ''}"
+        return BurnIn(node, "fail", None, expected, message, before)
     busbw, at = found
     if expected and busbw < expected:
         message = f"bus bandwidth {busbw:.1f} GB/s{at} < expected {expected:.0f} GB/s"
-        return BurnIn(node, "fail", busbw, expected, message)
-    return BurnIn(node, "pass", busbw, expected, "")
+        return BurnIn(node, "fail", busbw, expected, message, before)
+    return BurnIn(node, "pass", busbw, expected, f"drained again: {before}" if before else "", before)
 
 
+REASON_MAX = 250  # characters of a drain reason (Slurm keeps more; sinfo and squeue show far less)
 RESULT_TASK = "Record the node's burn-in result"  # playbooks/burn-in.yml: its fact is the node's result
 
 
@@ -95,4 +98,13 @@ def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[B
             r.node, r.status, busbw, f"{r.expected_gbps:.0f}" if r.expected_gbps else "-", r.message, style=style
         )
     console.print(table)
+    failed = [r for r in results if r.status == "fail"]
+    for r in failed:  # one run each: every node's reason has its own figure
+        slurm.state_run(site, cluster, console, [r.node], "drain", drain_reason(r))
     return results
+
+
+def drain_reason(result: BurnIn) -> str:
+    """What Slurm shows for a node that failed its burn-in (and why it was drained before, if it was)."""
+    before = f" (drained before: {result.drained_for})" if result.drained_for else ""
+    return f"corectl burn-in: {result.message}{before}"[:REASON_MAX]

@@ -254,6 +254,10 @@ LAB_GROUP_VARS = {
     "node_health_nvme_smart_command": ["gpu-sim", "nvme-smart-log", "{device}"],
     "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
     "corectl_heal_kernel_log": ["gpu-sim", "kernel-log"],  # what heal keeps before a reboot
+    # nccl-tests' all_reduce_perf for burn-in: the stand-in answering for the simulated GPUs (gpu-sim's package)
+    "corectl_burn_in_binary": "/usr/bin/gpu-sim-all-reduce-perf",
+    "corectl_burn_in_wait_s": 120,
+    "corectl_burn_in_time_min": 5,
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh
     # hook, which mounts over that directory, would fail every container start
     "enroot_mellanox": False,

@@ -42,10 +42,11 @@ import gpusim  # noqa: E402
 # pcie-narrow: the link trained at x8 of x16 (while busy); hbm-hot: its memory at 100 C; ib-errors: 1,000
 # symbol errors more on a port; ib-flap: its link went down twice and came back; edac-ue: an uncorrectable
 # host memory error on memory controller mc1; nvme-missing: a drive left the bus (--device nvme9); nvme-warning:
-# a drive's SMART critical warning "reliability degraded" (--device nvme3)
+# a drive's SMART critical warning "reliability degraded" (--device nvme3); nccl-slow: NCCL all_reduce at a
+# quarter of its bus bandwidth (a degraded NVLink or GPU: what burn-in and validation catch)
 FAULTS = (
     "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
-    "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning",
+    "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning", "nccl-slow",
 )  # fmt: skip
 NVME_FAULT_DRIVE = {"nvme-missing": "nvme9", "nvme-warning": "nvme3"}
 
@@ -137,6 +138,9 @@ def _nvme(state: dict[str, Any], device: str) -> str:
 
 
 def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
+    if name == "nccl-slow":
+        state["nccl_busbw_gbps"] = gpusim.NCCL_BUSBW_GBPS / 4
+        return
     if name in NVME_FAULT_DRIVE:
         device = _nvme(state, args.device or NVME_FAULT_DRIVE[name])
         nvme = state.setdefault("nvme", {})
@@ -185,6 +189,8 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
 
 
 def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
+    if name in ("nccl-slow", "all"):
+        state.pop("nccl_busbw_gbps", None)
     if name in ("nvme-missing", "nvme-warning", "all"):
         nvme = state.get("nvme", {})
         key = "missing" if name == "nvme-missing" else "warnings"

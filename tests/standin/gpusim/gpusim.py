@@ -38,6 +38,9 @@ NVLINKS_PER_GPU = 18
 NVLINK_SPEED_GBPS = 26.562
 IB_DEVICES = 8
 IB_RATE_GBPS = 400
+# NCCL all_reduce bus bandwidth the stand-in all_reduce_perf approaches with large messages: 470 GB/s at
+# 8 GiB, as a healthy 8x H100 on NVSwitch (tests/samples/all_reduce_perf.8xh100.nccl-tests-290.txt: 473.6 at 4 GiB)
+NCCL_BUSBW_GBPS = 485
 HOSTENGINE_PORT = 5555
 # PCI bus numbers of the eight SXM GPUs of a DGX H100, in nvidia-smi index order.
 PCI_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
