@@ -605,7 +605,14 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
     node._tool("hostname", "#!/bin/sh\necho dgx01\n")
     config = node.write_config()
     program = tmp_path / "corectl-node-health"
-    program.write_text(render(ROOT / "roles/slurm/templates/corectl-node-health.j2", slurm_health_check_dir=health_d))
+    paused = tmp_path / "health-paused"
+    program.write_text(
+        render(
+            ROOT / "roles/slurm/templates/corectl-node-health.j2",
+            slurm_health_check_dir=health_d,
+            slurm_health_check_pause_file=paused,
+        )
+    )
     wrapper = health_d / "10-corectl"
     wrapper.write_text(
         render(
@@ -637,6 +644,16 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
     fault.chmod(0o755)
     assert health() == (1, "corectl-health: 50-molecule-fault: injected fault")
     fault.unlink()
+    assert health() == (0, "")
+
+    # burn-in resumed the node into its reservation: until the pause file's time a failure drains nothing
+    node.sim("fault", "lost-gpu", "--gpu", "5")
+    paused.write_text(f"{int(time.time()) + 600}\n")
+    assert health() == (1, "")
+    paused.write_text(f"{int(time.time()) - 1}\n")  # its time is over: drained as ever
+    assert health()[1].startswith("corectl-health: gpu-count: 7 of 8 GPUs visible")
+    paused.write_text("garbage\n")  # not a time: no pause
+    node.sim("clear", "all")
     assert health() == (0, "")
 
 
