@@ -715,7 +715,12 @@ def test_fair_share_tree_and_gpu_jobs_count_in_usage(lab: Path):
             HEAD, "runuser", "-u", "alice", "--", "srun", "--account=vision", "--nodelist=e2e-dgx02", "--ntasks=1",
             "--cpus-per-task=1", *([gres] if gres else []), "sh", "-c", 'sleep 2; echo "$SLURM_JOB_ID"',
         ).strip()  # fmt: skip
-        tres = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-j", job, "-o", "AllocTRES").strip()
+        # slurmctld hands the job's record to slurmdbd through a queue: wait for it to be there
+        tres = wait_for(
+            lambda j=job: docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-j", j, "-o", "AllocTRES").strip(),
+            lambda text: "billing=" in text,
+            60,
+        )
         billed[gres] = dict(item.split("=", 1) for item in tres.split(","))
     # TRESBillingWeights count GPUs: the same job with four GPUs (the cap of vision) is billed more
     assert billed["--gres=gpu:4"]["gres/gpu"] == "4", billed
@@ -943,8 +948,7 @@ def test_burn_in_runs_through_slurm_on_idle_and_drained_nodes_and_drains_a_slow_
         assert rows == {"e2e-dgx01": ["pass", "470.3"], "e2e-dgx02": ["pass", "470.3"]}, result.stdout
         assert slurm_reason("e2e-dgx02") == drained  # drained again, for what it was drained for
         assert "corectl-burn-in" not in docker_exec(HEAD, "scontrol", "show", "reservation")
-        jobs = docker_exec(
-            HEAD,
+        sacct = [
             "sacct",
             "-X",
             "-n",
@@ -954,7 +958,13 @@ def test_burn_in_runs_through_slurm_on_idle_and_drained_nodes_and_drains_a_slow_
             "now-1hours",
             "-o",
             "NodeList,Reservation,State",
-        ).split()
+        ]
+        # the jobs' records reach slurmdbd through slurmctld's queue: wait for both to be complete there
+        jobs = wait_for(
+            lambda: docker_exec(HEAD, *sacct).split(),
+            lambda seen: sum(j.endswith("|COMPLETED") for j in seen) == 2,
+            60,
+        )
         assert sorted(jobs) == ["e2e-dgx01||COMPLETED", "e2e-dgx02|corectl-burn-in-e2e-dgx02|COMPLETED"], jobs
         # a slow node fails and is drained with its figure
         docker_exec(DGX1, "gpu-sim", "fault", "nccl-slow")
