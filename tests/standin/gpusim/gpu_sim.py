@@ -191,16 +191,11 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
 def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
     if name in ("nccl-slow", "all"):
         state.pop("nccl_busbw_gbps", None)
-    if name in ("nvme-missing", "nvme-warning", "all"):
-        nvme = state.get("nvme", {})
-        key = "missing" if name == "nvme-missing" else "warnings"
-        for part in ("missing", "warnings") if name == "all" else (key,):
-            if args.device is None:
-                nvme.pop(part, None)
-            elif part == "missing":
-                nvme["missing"] = [d for d in nvme.get("missing", []) if d != args.device]
-            else:
-                nvme.get("warnings", {}).pop(args.device, None)
+    nvme = state.get("nvme", {})  # the drive named by --device, or every drive
+    if name in ("nvme-missing", "all"):
+        nvme["missing"] = [d for d in nvme.get("missing", []) if args.device not in (None, d)]
+    if name in ("nvme-warning", "all"):
+        nvme["warnings"] = {d: w for d, w in nvme.get("warnings", {}).items() if args.device not in (None, d)}
     if name in ("ib-down", "all"):
         for port in state["ib_ports"]:
             if args.device in (None, port["device"]):

@@ -11,7 +11,6 @@ import argparse
 import os
 import socket
 import sys
-import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "gpusim"), "/usr/lib/gpu-sim"]
@@ -71,7 +70,6 @@ def main() -> int:
         total += busbw
         timing = f"  {micros:7.1f}  {algbw:6.2f}  {busbw:6.2f}      0"  # out of place, then in place
         print(f"{message:12d}  {message // 4:12d}     float     sum      -1{timing}{timing}")
-        time.sleep(0.2)  # a run takes a while: long enough to be seen as a Slurm job step
     print("# Out of bounds values : 0 OK")
     print(f"# Avg bus bandwidth    : {total / max(1, len(sizes)):.3f}")
     print("#")
