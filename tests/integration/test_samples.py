@@ -911,3 +911,50 @@ def test_a_missing_or_dead_nvme_drive_fails_and_fabric_controllers_are_not_count
     with pytest.raises(hc.CheckFailed) as raised:
         hc.check_nvme(node)
     assert str(raised.value).startswith("nvme0 SMART log unreadable (rc 2: not canned: ('nvme', 'smart-log', ")
+
+
+NCCL = ["sh", "all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"]  # sh: a command on PATH
+
+
+def nccl_node(output: str, minimum: int) -> object:
+    argv = tuple(part.replace("{gpus}", "8") for part in NCCL)
+    return CannedNode({argv: output}, gpu_count=8, nccl_command=NCCL, nccl_busbw_min_gbps=minimum)
+
+
+def test_nccl_judges_the_largest_message_of_real_all_reduce_runs():
+    """The sweep's average moves with its sizes: a real 8x H100 run averages 439 GB/s over 128 MiB-4 GiB and
+    holds 473.6 GB/s at 4 GiB; two nodes over NDR (srun's labels on every line) hold 155.6 GB/s at 8 GiB."""
+    one = sample("all_reduce_perf.8xh100.nccl-tests-290.txt")
+    assert hc.largest_message_busbw(one) == (4 * 2**30, 473.6)
+    assert hc.check_nccl(nccl_node(one, 450)) == "bus bandwidth 473.6 GB/s at 4 GiB (expected >= 450 GB/s)"
+    two = sample("all_reduce_perf.16xh100-2node-ndr.srun-label.nccl-tests-290.txt")
+    assert hc.largest_message_busbw(two) == (8 * 2**30, 155.57)
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_nccl(nccl_node(two, 450))
+    assert str(raised.value) == "bus bandwidth 155.6 GB/s at 8 GiB < expected 450 GB/s"
+    # 0: reported, not judged; only an average line: that is what is judged
+    assert hc.check_nccl(nccl_node(two, 0)) == "bus bandwidth 155.6 GB/s at 8 GiB"
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_nccl(nccl_node("# Avg bus bandwidth    : 201.5\n", 450))
+    assert str(raised.value) == "bus bandwidth 201.5 GB/s (average) < expected 450 GB/s"
+
+
+def test_nccl_runs_only_when_named_and_a_missing_tool_is_skipped():
+    config = json.loads(json.dumps({key: default for key, (_kind, default) in hc.SETTINGS.items()}))
+    config.update(gpu_count=8, nccl_command=["/nonexistent/all_reduce_perf", "-g", "{gpus}"])
+    assert "nccl" not in [r["name"] for r in hc.run_checks(config, None)]  # Slurm's periodic program: never
+    [result] = hc.run_checks(config, ["nccl"])
+    assert (result["status"], result["message"]) == (
+        "skip",
+        "nccl-tests' all_reduce_perf is not installed (/nonexistent/all_reduce_perf not found)",
+    )
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_nccl(nccl_node("srun: error: Unable to allocate resources\n", 450))
+    assert str(raised.value) == "all_reduce_perf failed (rc 0): srun: error: Unable to allocate resources"
+
+
+def test_a_command_stopped_by_a_signal_interrupts_the_check_instead_of_failing_it():
+    """A validation job preempted by a user's job: its diagnostic is killed, which says nothing about the node."""
+    with pytest.raises(hc.Interrupted):
+        hc.run(["sh", "-c", "kill -TERM $$"], timeout=10)
+    assert hc.run(["sh", "-c", "exit 3"], timeout=10).rc == 3

@@ -185,7 +185,11 @@ def test_without_declarations_the_associations_are_todays(root: Path):
         ("bob", "research", ["research"]),
         ("carol", "hpcadmin", ["hpcadmin", "research"]),
     ]
-    assert data["qos"] == []
+    # no QOS declared: only health.validation's, and normal preempting it
+    assert [(q["name"], q["preempt"], q["preempt_mode"]) for q in data["qos"]] == [
+        ("normal", ["validation"], None),
+        ("validation", [], "cancel"),
+    ]
     assert data["priority"] == {
         "fairshare": 10000,
         "age": 1000,
@@ -224,8 +228,9 @@ def test_accounts_render_parents_first_with_implicit_group_accounts(prod_copy: P
     assert vision["description"] == "vision"  # sacctmgr's default, as before
     carol = next(u for u in data["users"] if u["name"] == "carol")
     assert (carol["default_account"], carol["accounts"]) == ("hpcadmin", ["hpcadmin", "vision"])
-    assert [q["name"] for q in data["qos"]] == ["high", "low"]
-    assert data["qos"][0]["preempt"] == ["low"]
+    # the declared QOS, with normal and the validation QOS every QOS preempts (health.validation)
+    assert [q["name"] for q in data["qos"]] == ["normal", "high", "low", "validation"]
+    assert data["qos"][1]["preempt"] == ["low", "validation"]
 
 
 def test_billing_weights_default_from_the_gpu_profile_and_declared(prod_copy: Path):
@@ -243,3 +248,27 @@ def test_unknown_billing_tres_is_refused(prod_copy: Path):
     result = runner.invoke(app, ["validate", "--inventory", str(prod_copy)])
     assert result.exit_code == 2
     assert "slurm.partitions[1].billing_weights.billing: unknown TRES" in result.stderr
+
+
+def test_every_qos_preempts_the_validation_qos_and_without_validation_nothing_is_added(root: Path):
+    """health.validation adds its QOS (no priority, cancelled when preempted) and puts it in the preempt list of
+    every other QOS, normal included (declared or not); without it the QOS are exactly those declared."""
+    from corectl.site.model import Qos, Validation
+    from corectl.site.render import qos_list
+
+    config = load_cluster(root / "inventories" / "prod").config
+    declared = [Qos(name="high", priority=100, preempt=["low"]), Qos(name="low")]
+    with_validation = config.model_copy(
+        update={
+            "slurm": config.slurm.model_copy(update={"qos": declared}),
+            "health": config.health.model_copy(update={"validation": Validation(qos="idle-check")}),
+        }
+    )
+    assert [(q["name"], q["preempt"], q["preempt_mode"]) for q in qos_list(with_validation)] == [
+        ("normal", ["idle-check"], None),
+        ("high", ["low", "idle-check"], None),
+        ("low", ["idle-check"], None),
+        ("idle-check", [], "cancel"),
+    ]
+    without = with_validation.model_copy(update={"health": config.health.model_copy(update={"validation": None})})
+    assert [q["name"] for q in qos_list(without)] == ["high", "low"]

@@ -207,14 +207,19 @@ class SimulatedCluster:
         self.steps: list[tuple[str, tuple[str, ...]]] = []
         self.evidence: list[tuple[str, ...]] = []  # nodes whose evidence was kept, run by run
         self.health_runs: list[tuple[str, ...]] = []
+        self.validation_runs: list[tuple[tuple[str, ...], int | None]] = []  # (nodes, dcgmi diag level)
 
     def status(self, *_: Any) -> SlurmStatus:
         states = {n: ("drain", r) for n, r in self.reasons.items()}
         return SlurmStatus(states=states, jobs={job: [n] for n, jobs in self.jobs.items() for job in jobs})
 
-    def health(self, _site: Site, _console: Console, *, limit: str) -> HealthResult:
+    def health(
+        self, _site: Site, _console: Console, *, limit: str, level: int | None = None, validation: bool = False
+    ) -> HealthResult:
         nodes = tuple(limit.split(","))
         self.health_runs.append(nodes)
+        if validation:
+            self.validation_runs.append((nodes, level))
         reports = {}
         for node in nodes:
             fault = self.faults.get(node)
@@ -281,9 +286,16 @@ def test_heal_walks_each_ladder_checks_after_every_step_and_resumes_what_passes(
         ("reboot", ("dgx02", "dgx03")),
         ("power-cycle", ("dgx03",)),
     ]
-    assert sim.health_runs == [("dgx01", "dgx02", "dgx03"), ("dgx01", "dgx02", "dgx03"), ("dgx03",)]
+    assert sim.health_runs == [("dgx01", "dgx02", "dgx03"), ("dgx01",), ("dgx02", "dgx03"), ("dgx03",)]
+    # after a reboot or power cycle (a hardware-class remedy) the checks run with the validation: dcgmi diag at
+    # level 2 (prod's health.validation) and nccl; after a service restart, the checks alone
+    assert sim.validation_runs == [(("dgx02", "dgx03"), 2), (("dgx03",), 2)]
     assert {n: o.result for n, o in outcomes.items()} == {"dgx01": "resumed", "dgx02": "resumed", "dgx03": "resumed"}
-    assert outcomes["dgx03"].detail == "gpu-count: the checks pass after power-cycle"
+    assert outcomes["dgx01"].detail == "fabricmanager: the checks pass after restart-fabricmanager"
+    assert (
+        outcomes["dgx03"].detail
+        == "gpu-count: the checks and validation (dcgmi diag -r 2, nccl) pass after power-cycle"
+    )
     assert sim.reasons == {"dgx01": "none", "dgx02": "none", "dgx03": "none", "dgx04": "replacing a PSU (ops-1234)"}
     actions = [(e.action, e.outcome) for e in reversed(failures.node_history(site, "dgx03"))]
     assert actions == [

@@ -129,6 +129,9 @@ VARIANTS = [
     ),
     ("{max_temperature: 87,", "{xid_window_s: 0,", "health.thresholds.xid_window_s", "must be at least 1 (0 would"),
     ("{max_temperature: 87,", "{max_temp: 87,", "health.thresholds.max_temp", "should be 'max_temperature', "),
+    ("interval_min: 60,", "interval_min: 0,", "health.validation.interval_min", "greater than or equal to 1"),
+    ("dcgm_level: 2}", "dcgm_level: 4}", "health.validation.dcgm_level", "should be 1, 2 or 3"),
+    ("max_nodes: 2,", "max_nodes: 2, qos: normal,", "health.validation.qos", "QOS 'normal' is a user QOS"),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

@@ -1,4 +1,4 @@
-"""Commands on compute nodes: drain, resume, add-node, remove-node, heal, power."""
+"""Commands on compute nodes: drain, resume, add-node, remove-node, heal, validate-nodes, power."""
 
 from __future__ import annotations
 
@@ -86,6 +86,27 @@ def remove_node(
     site = policy.site(inventory)
     with policy.changing(site, wait):
         run_remove(site, out, node, timeout=timeout)
+
+
+@app.command("validate-nodes")
+def validate_nodes(
+    nodes: Annotated[
+        str | None,
+        typer.Argument(metavar="[NODES]", help="these GPU nodes now, if idle (default: the idle ones, as the timer)"),
+    ] = None,
+    inventory: InventoryOpt = None,
+    wait: WaitOpt = 0,
+) -> None:
+    """Run a validation round now: dcgmi diag and NCCL all_reduce as Slurm jobs of the validation QOS (any user
+    job preempts them); a node that fails is drained with the figure in its reason. Exit 1 if one fails."""
+    from corectl.commands.validate import FAILED
+    from corectl.commands.validate import validate_nodes as run_validation
+
+    site = policy.site(inventory)
+    with policy.changing(site, wait):
+        results = run_validation(site, out, nodes)
+    if any(r.result in FAILED for r in results):
+        raise typer.Exit(1)
 
 
 @app.command()

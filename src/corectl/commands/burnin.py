@@ -1,9 +1,9 @@
-"""health --burn-in: NCCL all_reduce bus bandwidth per node, through Slurm (playbooks/burn-in.yml); a node
-that fails is drained with the figure in its reason."""
+"""health --burn-in: the health checker's nccl check (NCCL all_reduce bus bandwidth) on each node through Slurm
+(playbooks/burn-in.yml); a node that fails is drained with the figure in its reason."""
 
 from __future__ import annotations
 
-import re
+import json
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -15,59 +15,44 @@ from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.site import Site
 from corectl.site.inventory import render_site
 
-BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
-# one row of all_reduce_perf's table (srun --label may prefix "0: "): size, count, type, redop, root, then
-# out-of-place time, algbw, busbw, #wrong
-ROW = re.compile(r"^\s*(?:\d+:\s+)?(\d+)\s+\d+\s+\w+\s+\w+\s+-?\d+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+)\s", re.M)
-
-
-def largest_message_busbw(output: str) -> tuple[int, float] | None:
-    """(size, out-of-place bus bandwidth) of the table's largest message: what the fabric sustains.
-    The closing "Avg bus bandwidth" averages every size of the sweep, so it moves with -b/-e (a real
-    8x H100 run over 128 MiB-4 GiB averages 439 GB/s while it holds 465-474 GB/s from 1 GiB)."""
-    rows = [(int(size), float(busbw)) for size, busbw in ROW.findall(output)]
-    return max(rows) if rows else None
-
-
-def measured(output: str) -> tuple[float, str] | None:
-    """The bus bandwidth to judge, and where it was read: the largest message's, else the average line's."""
-    largest = largest_message_busbw(output)
-    if largest is not None:
-        size, busbw = largest
-        return busbw, f" at {size / 2**30:g} GiB" if size >= 2**30 else f" at {size / 2**20:g} MiB"
-    average = BUSBW.search(output)
-    return (float(average.group(1)), " (average)") if average else None
+CHECK = "nccl"  # the checker's check the burn-in job runs (roles/node_health/files/health_check/nccl.py)
 
 
 @dataclass(frozen=True)
 class BurnIn:
     node: str
     status: str  # pass | fail | skip
-    busbw_gbps: float | None
-    expected_gbps: float
     message: str
     drained_for: str = ""  # the reason the node was drained for before (run through a reservation)
 
 
+def last_line(*texts: str) -> str:
+    lines = [line.strip() for text in texts for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
 def judge(raw: dict) -> BurnIn:
-    """One node's verdict from what the playbook saved."""
-    node, expected = raw["node"], float(raw.get("expected_gbps") or 0)
-    before = str(raw.get("drained_for") or "")
+    """One node's verdict from what the playbook saved: the checker's --json report of its nccl check."""
+    node, before = raw["node"], str(raw.get("drained_for") or "")
     if not raw.get("gpus"):
-        return BurnIn(node, "skip", None, expected, "no GPUs in the node's profile")
-    if not raw.get("tool"):
-        return BurnIn(node, "skip", None, expected, "nccl-tests' all_reduce_perf is not installed on the node")
-    output = raw.get("output") or ""
-    found = measured(output)
-    if raw.get("rc") != 0 or found is None:
-        lines = [line for line in output.splitlines() if line.strip()]
-        message = f"all_reduce_perf failed (rc {raw.get('rc')}): {lines[-1] if lines else ''}"
-        return BurnIn(node, "fail", None, expected, message, before)
-    busbw, at = found
-    if expected and busbw < expected:
-        message = f"bus bandwidth {busbw:.1f} GB/s{at} < expected {expected:.0f} GB/s"
-        return BurnIn(node, "fail", busbw, expected, message, before)
-    return BurnIn(node, "pass", busbw, expected, f"drained again: {before}" if before else "", before)
+        return BurnIn(node, "skip", "no GPUs in the node's profile")
+    stdout, stderr = str(raw.get("stdout") or ""), str(raw.get("stderr") or "")
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        report = None
+    checks = report.get("checks") if isinstance(report, dict) else None
+    check = next((c for c in checks or [] if isinstance(c, dict) and c.get("name") == CHECK), None)
+    if check is None:  # srun could not start it, or the checker could not run
+        return BurnIn(
+            node, "fail", f"the {CHECK} check did not run (rc {raw.get('rc')}): {last_line(stdout, stderr)}", before
+        )
+    status, message = str(check.get("status")), str(check.get("message") or "")
+    if status == "skip":
+        return BurnIn(node, "skip", message)
+    if status == "pass":
+        return BurnIn(node, "pass", f"{message}; drained again: {before}" if before else message, before)
+    return BurnIn(node, "fail", message, before)  # fail, or interrupted (the job was cancelled)
 
 
 REASON_MAX = 250  # characters of a drain reason (Slurm keeps more; sinfo and squeue show far less)
@@ -88,15 +73,12 @@ def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[B
         ansible.run(request, recorded, cluster=cluster)
     facts = {host: res.get("ansible_facts") or {} for host, res in sorted(recorded.by_host.items())}
     results = [judge(fact["burn_in_result"]) for fact in facts.values() if "burn_in_result" in fact]
-    table = Table(title="burn-in: NCCL all_reduce bus bandwidth")
-    for column in ("node", "result", "busbw GB/s", "expected", "note"):
+    table = Table(title="burn-in: NCCL all_reduce bus bandwidth (the nccl check)")
+    for column in ("node", "result", "message"):
         table.add_column(column)
     for r in results:
         style = {"fail": "red", "skip": "yellow"}.get(r.status)
-        busbw = f"{r.busbw_gbps:.1f}" if r.busbw_gbps is not None else "-"
-        table.add_row(
-            r.node, r.status, busbw, f"{r.expected_gbps:.0f}" if r.expected_gbps else "-", r.message, style=style
-        )
+        table.add_row(r.node, r.status, r.message, style=style)
     console.print(table)
     failed = [r for r in results if r.status == "fail"]
     for r in failed:  # one run each: every node's reason has its own figure

@@ -21,7 +21,7 @@ from corectl.power import apply as power_apply
 from corectl.power import credentials, history_recorder
 from corectl.site import Site, groupvars
 from corectl.site.inventory import render_site
-from corectl.site.model import Cluster
+from corectl.site.model import Cluster, Validation
 from corectl.slurm import compute_names, read_slurm_status, state_run
 
 POWER_TIMEOUT_S = 120  # for the BMC to report off, then on
@@ -49,6 +49,10 @@ class Healer:
         self.record = history_recorder(site, warn)
         self.warn = warn
         self.outcomes: list[Outcome] = []
+        validation = cluster.config.health.validation
+        # the validation of item 4 (cluster.yml health.validation), or its defaults where the site has none
+        self.validation_level = validation.dcgm_level if validation else Validation().dcgm_level
+        self.validation_words = f"dcgmi diag -r {self.validation_level}, nccl"
 
     # ------------------------------------------------------------------ choosing nodes
 
@@ -78,9 +82,14 @@ class Healer:
 
     # ------------------------------------------------------------------ steps
 
-    def checks(self, nodes: list[str]) -> dict[str, str | None]:
-        """node -> its first failing check now (None: the checks pass)."""
-        reports = health(self.site, self.console, limit=",".join(nodes)).nodes
+    def checks(self, nodes: list[str], validation: bool = False) -> dict[str, str | None]:
+        """node -> its first failing check now (None: the checks pass). ``validation``: after a hardware-class
+        remedy, the checks with dcgmi diag at the validation level and the nccl check (the node is drained
+        and idle: nothing else needs its GPUs)."""
+        if not nodes:
+            return {}
+        level = self.validation_level if validation else None
+        reports = health(self.site, self.console, limit=",".join(nodes), level=level, validation=validation).nodes
         return {node: rules.first_failed(reports[node]) if node in reports else "reachable" for node in nodes}
 
     def playbook_step(self, step: str, nodes: list[str], **extravars: str) -> dict[str, str]:
@@ -192,12 +201,18 @@ class Healer:
                 by_step.setdefault(case.advance(), []).append(case)
             for step, group in by_step.items():
                 self.run_step(step, [case.node for case in group])
-            now_failing = self.checks([case.node for case in cases])
+            # a reboot, power cycle or GPU reset is a hardware-class remedy: the node is validated before it is resumed
+            erased = [case.node for case in cases if case.tried[-1] in rules.ERASING]
+            now_failing = self.checks([case.node for case in cases if case.node not in erased])
+            now_failing.update(self.checks(erased, validation=True))
             passed, still = {}, []
             for case in cases:
                 check = now_failing[case.node]
                 if check is None:
-                    passed[case.node] = f"{case.check}: the checks pass after {case.tried[-1]}"
+                    what = (
+                        f"the checks and validation ({self.validation_words})" if case.node in erased else "the checks"
+                    )
+                    passed[case.node] = f"{case.check}: {what} pass after {case.tried[-1]}"
                 elif not case.steps:
                     service[case.node] = (case.check, f"still failing ({check}) after {', '.join(case.tried)}")
                 else:

@@ -30,10 +30,16 @@ class Drain:
 
 
 # Drains that are failures: Slurm's health program's (role slurm), the GPU handover epilog's, heal's
-# escalation, and Slurm's own (set by its SlurmUser: a node not responding, a kill that failed).
-# Every other drain (an operator's, an upgrade's, add-node's and remove-node's) is planned work and
-# is kept out of failure figures.
-FAILURE_REASONS = ("corectl-health:", "corectl-epilog:", "corectl: needs hardware service", "corectl burn-in:")
+# escalation, burn-in's and the validation jobs', and Slurm's own (set by its SlurmUser: a node not
+# responding, a kill that failed). Every other drain (an operator's, an upgrade's, add-node's and
+# remove-node's) is planned work and is kept out of failure figures.
+FAILURE_REASONS = (
+    "corectl-health:",
+    "corectl-epilog:",
+    "corectl: needs hardware service",
+    "corectl burn-in:",
+    "corectl validation:",
+)
 SLURM_USER = "slurm("
 # A failing health run this long before a failure drain of its node, or during one, is evidence of
 # that failure, not another one (Slurm's program drains within its interval of `corectl health`).

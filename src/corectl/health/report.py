@@ -52,6 +52,7 @@ CHECK_ORDER = (
     "services",
     "clock",
     "dcgm-diag",
+    "nccl",  # only when named: burn-in and validation jobs
 )
 STATUSES = ("pass", "fail", "skip")
 FAILED_VERDICT = "FAIL"  # how last_verdicts() starts a failed node's verdict
@@ -258,19 +259,24 @@ def health(
     *,
     limit: str | None = None,
     level: int | None = None,
+    validation: bool = False,
 ) -> HealthResult:
-    """Validate the site, run playbooks/health.yml, collect every compute node's report."""
+    """Validate the site, run playbooks/health.yml, collect every compute node's report. ``validation``: the
+    checks that take every GPU as well (nccl), for nodes no job can land on (drained, and idle)."""
     cluster, _ = render_site(site, check_only=False)
     if not any("compute" in node.roles for node in cluster.nodes):
         raise CorectlError(f"site {site.name} has no compute nodes", exit_code=2)
     if level is not None and level not in (0, 1, 2, 3):
         raise CorectlError("--level must be 0 (off), 1, 2 or 3", exit_code=2)
+    extravars: dict[str, object] = {} if level is None else {"corectl_health_level": level}
+    if validation:
+        extravars["corectl_health_validation"] = True
     request = RunRequest(
         site=site,
         playbook="health.yml",
-        command="health" + (f" --level {level}" if level is not None else ""),
+        command="health" + (f" --level {level}" if level is not None else "") + (" --validation" if validation else ""),
         limit=limit or "compute",  # the play's hosts: a fanned-out run then has no shard of service nodes
-        extravars={} if level is None else {"corectl_health_level": level},
+        extravars=extravars,
         secrets=False,
     )
     with LiveProgress(console, f"health {site.name}") as progress:

@@ -201,7 +201,12 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
         ],
         "monitoring": {"prometheus": True, "scrape_interval": "15s", "retention": "2d"},
         # chrony on a loaded 2-core machine can lose its (same-kernel) source for minutes: a longer grace
-        "health": {"thresholds": {"clock_unsynced_grace_s": 600}},
+        "health": {
+            "thresholds": {"clock_unsynced_grace_s": 600},
+            # validation of idle nodes: the timer's round once a day (the e2e test starts its service itself, so
+            # no round lands in another test's jobs), any idle node, two at once, short jobs
+            "validation": {"interval_min": 1440, "idle_min": 0, "max_nodes": 2, "time_limit_min": 10},
+        },
         **(
             {
                 "control": {
@@ -254,8 +259,9 @@ LAB_GROUP_VARS = {
     "node_health_nvme_smart_command": ["gpu-sim", "nvme-smart-log", "{device}"],
     "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
     "corectl_heal_kernel_log": ["gpu-sim", "kernel-log"],  # what heal keeps before a reboot
-    # nccl-tests' all_reduce_perf for burn-in: the stand-in answering for the simulated GPUs (gpu-sim's package)
-    "corectl_burn_in_binary": "/usr/bin/gpu-sim-all-reduce-perf",
+    # nccl-tests' all_reduce_perf (burn-in, validation): the stand-in answering for the simulated GPUs (gpu-sim's
+    # package)
+    "node_health_nccl_command": ["/usr/bin/gpu-sim-all-reduce-perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"],
     "corectl_burn_in_wait_s": 120,
     "corectl_burn_in_time_min": 5,
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh

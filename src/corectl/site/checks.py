@@ -144,11 +144,21 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
 
 
 def _check_health(config: ClusterConfig) -> list[Problem]:
-    return [
+    problems = [
         Problem(("health", "thresholds", name), f"must be at least 1 (0 would turn the {name} limit off)")
         for name, value in config.health.thresholds.items()
         if name in POSITIVE_THRESHOLDS and value < 1
     ]
+    validation = config.health.validation
+    if validation is not None:
+        if not config.slurm.accounting:
+            problems.append(Problem(("health", "validation"), "needs slurm.accounting (its jobs run in a QOS)"))
+        if validation.qos == "normal" or any(q.name == validation.qos for q in config.slurm.qos):
+            why = (
+                f"QOS '{validation.qos}' is a user QOS: corectl adds the validation QOS itself, under a name of its own"
+            )
+            problems.append(Problem(("health", "validation", "qos"), why))
+    return problems
 
 
 def _check_control(config: ClusterConfig) -> list[Problem]:

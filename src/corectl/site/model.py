@@ -305,6 +305,23 @@ HealthThreshold = Literal[
 POSITIVE_THRESHOLDS = frozenset({"xid_window_s", "max_temperature", "max_memory_temperature"})
 
 
+class Validation(Strict):
+    """Validation of idle nodes through Slurm: a timer on the controller submits the health checker's dcgm-diag and
+    nccl checks as jobs of a QOS every other QOS preempts, to GPU nodes idle long enough; a node that fails is
+    drained with the check and its figure in the reason (docs/operations.md)."""
+
+    interval_min: Annotated[int, Field(ge=1, le=10080)] = Field(60, description="how often a round starts (minutes)")
+    idle_min: Annotated[int, Field(ge=0, le=525600)] = Field(
+        30, description="a GPU node is validated once it has run no job for this long (minutes)"
+    )
+    max_nodes: Annotated[int, Field(ge=1, le=100000)] = Field(
+        2, description="validation jobs at most at once (the GPUs they hold wait for nothing else)"
+    )
+    dcgm_level: Literal[1, 2, 3] = Field(2, description="dcgmi diag level (2: about two minutes on an H100)")
+    time_limit_min: Annotated[int, Field(ge=1, le=1440)] = Field(30, description="each validation job's time limit")
+    qos: Identifier = Field("validation", description="the QOS corectl adds for its validation jobs")
+
+
 class Health(Strict):
     """The health checks' site policy (issue 33). NVIDIA's Xid catalog (group_vars/all/xid.yml)
     classes each Xid by its immediate action; a site names other classes here."""
@@ -319,6 +336,7 @@ class Health(Strict):
         description="the health checks' limits, over the role's defaults (e.g. max_temperature: 83, "
         "ib_error_increase_max: 10, xid_window_s: 3600)",
     )
+    validation: Validation | None = Field(None, description="validation of idle GPU nodes (off when absent)")
 
 
 class RunnerHost(Strict):

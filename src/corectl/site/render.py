@@ -12,7 +12,7 @@ from typing import Any
 
 from corectl import hostlist
 from corectl.files import write_if_changed
-from corectl.site.model import ROLES, Account, Cluster, ClusterConfig, Fabric, Node, Profile, User
+from corectl.site.model import ROLES, Account, Cluster, ClusterConfig, Fabric, Node, Profile, Qos, User
 
 
 def _key_path(key: str | None) -> str | None:
@@ -146,7 +146,7 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
         "node_groups": node_groups,
         "partitions": partitions,
         "priority": config.slurm.priority.model_dump(),
-        "qos": [q.model_dump() for q in config.slurm.qos],
+        "qos": qos_list(config),
         "accounts": accounts(config),
         "users": [
             {
@@ -159,6 +159,21 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
             for u in config.users
         ],
     }
+
+
+def qos_list(config: ClusterConfig) -> list[dict[str, Any]]:
+    """The declared QOS; with validation on, its QOS as well (no priority, its jobs cancelled when preempted) and
+    every other QOS, normal included, preempting it: any user's job goes before a validation job."""
+    declared = [q.model_dump() for q in config.slurm.qos]
+    validation = config.health.validation
+    if validation is None or not config.slurm.accounting:
+        return declared
+    if not any(q["name"] == "normal" for q in declared):
+        declared.insert(0, Qos(name="normal", description="Normal QOS default").model_dump())
+    for q in declared:
+        q["preempt"] = [*q["preempt"], validation.qos]
+    description = "corectl: validation of idle nodes (preempted by every other QOS)"
+    return [*declared, Qos(name=validation.qos, description=description, preempt_mode="cancel").model_dump()]
 
 
 def user_accounts(user: User) -> list[str]:
@@ -246,6 +261,7 @@ def site_vars(cluster: Cluster) -> dict[str, Any]:
         "corectl_health": {
             "xid_classes": {str(x): c for x, c in sorted(config.health.xid_classes.items())},
             "thresholds": dict(sorted(config.health.thresholds.items())),
+            "validation": config.health.validation.model_dump() if config.health.validation else None,
         },
     }
     if config.fabric is not None:

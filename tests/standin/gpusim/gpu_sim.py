@@ -43,11 +43,13 @@ import gpusim  # noqa: E402
 # symbol errors more on a port; ib-flap: its link went down twice and came back; edac-ue: an uncorrectable
 # host memory error on memory controller mc1; nvme-missing: a drive left the bus (--device nvme9); nvme-warning:
 # a drive's SMART critical warning "reliability degraded" (--device nvme3); nccl-slow: NCCL all_reduce at a
-# quarter of its bus bandwidth (a degraded NVLink or GPU: what burn-in and validation catch)
+# quarter of its bus bandwidth (a degraded NVLink or GPU: what burn-in and validation catch); diag-slow: dcgmi
+# diag takes DIAG_SLOW_S, as a long diagnostic does on real GPUs (a job running it can then be preempted)
 FAULTS = (
     "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
-    "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning", "nccl-slow",
+    "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning", "nccl-slow", "diag-slow",
 )  # fmt: skip
+DIAG_SLOW_S = 900
 NVME_FAULT_DRIVE = {"nvme-missing": "nvme9", "nvme-warning": "nvme3"}
 
 
@@ -141,6 +143,9 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
     if name == "nccl-slow":
         state["nccl_busbw_gbps"] = gpusim.NCCL_BUSBW_GBPS / 4
         return
+    if name == "diag-slow":
+        state["diag_seconds"] = DIAG_SLOW_S
+        return
     if name in NVME_FAULT_DRIVE:
         device = _nvme(state, args.device or NVME_FAULT_DRIVE[name])
         nvme = state.setdefault("nvme", {})
@@ -191,6 +196,8 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
 def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
     if name in ("nccl-slow", "all"):
         state.pop("nccl_busbw_gbps", None)
+    if name in ("diag-slow", "all"):
+        state.pop("diag_seconds", None)
     nvme = state.get("nvme", {})  # the drive named by --device, or every drive
     if name in ("nvme-missing", "all"):
         nvme["missing"] = [d for d in nvme.get("missing", []) if args.device not in (None, d)]

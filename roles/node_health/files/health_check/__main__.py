@@ -10,13 +10,18 @@ passing check that could not look at everything says so in its message ("warning
   corectl-health-check --slurm         "<check>: <message>" of the first failure (for Slurm's
                                        HealthCheckProgram, through /etc/corectl/health.d/10-corectl)
   --config FILE  --level N (dcgmi diag level, 0 = off)  --only a,b  --check-config
+  --drain-as PREFIX                    on a failure drain the node, reason "PREFIX: <check>: <message>"
+                                       (corectl's validation jobs); a check whose command was stopped by a
+                                       signal (the job was preempted) is "interrupted" and drains nothing
+The nccl check (nccl-tests' all_reduce_perf on every GPU) runs only when --only names it, or with
+--validation (every check: corectl heal's validation of a drained node after a reboot or power cycle).
   corectl-health-check --list [--json]  the checks in order ([--json]: the manifest: each check's
                                        settings, every setting's type and default)
   corectl-health-check --clear-sticky BY [--json]  end the failures kept on this node (a hardware
                                        Xid, a lost GPU: kept through reboots and after the log window)
                                        and print them; BY says who (corectl heal, corectl resume)
 
-Exit status: 0 all checks pass or are skipped, 1 a check failed, 2 bad configuration or usage.
+Exit status: 0 all checks pass or are skipped, 1 a check failed or was interrupted, 2 bad configuration or usage.
 Stdlib only (Python 3.10+); every command runs with a timeout. The same script runs against the
 stand-in tools of the tests and against real nvidia-smi, nv-fabricmanager, dcgmi and sysfs.
 """

@@ -6,12 +6,23 @@ import argparse
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .core import DEFAULT_CONFIG, SETTINGS, STANDARD_PATH, CheckFailed, ConfigError, Node, Skip, load_config
+from .core import (
+    DEFAULT_CONFIG,
+    SETTINGS,
+    STANDARD_PATH,
+    CheckFailed,
+    ConfigError,
+    Interrupted,
+    Node,
+    Skip,
+    load_config,
+)
 from .diagnostics import check_dcgm_diag
 from .fabric import check_fabric, check_fabricmanager, check_fm_version
 from .gpu import (
@@ -24,6 +35,7 @@ from .gpu import (
     check_throttle,
 )
 from .memory import check_edac
+from .nccl import check_nccl
 from .network import check_gpudirect, check_ib, check_ib_errors
 from .nvlink import check_nvlink
 from .services import check_clock, check_services
@@ -39,6 +51,7 @@ class Check(NamedTuple):
     name: str
     run: Callable[[Node], str]
     settings: tuple[str, ...] = ()
+    on_demand: bool = False  # runs only when named (--only): it takes the GPUs from jobs
 
 
 # Read by many checks: whether there are GPUs and NVSwitches to look at, every command's timeout, and where
@@ -71,6 +84,7 @@ CHECKS: list[Check] = [
     Check("services", check_services, ("services",)),
     Check("clock", check_clock, ("clock", "clock_unsynced_grace_s")),
     Check("dcgm-diag", check_dcgm_diag, ("dcgm_diag_level", "dcgm_diag_timeout_s")),
+    Check("nccl", check_nccl, ("nccl_command", "nccl_busbw_min_gbps", "nccl_timeout_s"), on_demand=True),
 ]
 CHECK_NAMES = [check.name for check in CHECKS]
 
@@ -84,7 +98,9 @@ def type_name(kind: Any) -> str:
 def manifest() -> dict[str, Any]:
     """The checks in order with the settings each reads, and every setting's type and default."""
     return {
-        "checks": [{"name": check.name, "settings": list(check.settings)} for check in CHECKS],
+        "checks": [
+            {"name": check.name, "settings": list(check.settings), "on_demand": check.on_demand} for check in CHECKS
+        ],
         "general_settings": list(GENERAL_SETTINGS),
         "settings": {key: {"type": type_name(kind), "default": default} for key, (kind, default) in SETTINGS.items()},
     }
@@ -94,18 +110,20 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def run_checks(config: dict[str, Any], only: list[str] | None = None) -> list[dict[str, str]]:
+def run_checks(config: dict[str, Any], only: list[str] | None = None, on_demand: bool = False) -> list[dict[str, str]]:
     node = Node(config)
     results = []
     for check in CHECKS:
         name = check.name
-        if only is not None and name not in only:
+        if (only is not None and name not in only) or (check.on_demand and only is None and not on_demand):
             continue
         started = time.monotonic()
         try:
             status, message = "pass", check.run(node)
         except Skip as exc:
             status, message = "skip", str(exc)
+        except Interrupted as exc:
+            status, message = "interrupted", str(exc)
         except CheckFailed as exc:
             status, message = "fail", str(exc)
         except Exception as exc:  # a bug or an unexpected format must still name the check
@@ -136,9 +154,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--level", type=int, choices=(0, 1, 2, 3), help="dcgmi diag level (0 = off)")
     parser.add_argument("--only", help=f"comma-separated checks: {','.join(CHECK_NAMES)}")
     parser.add_argument(
+        "--validation", action="store_true", help="every check, the ones that take the GPUs (nccl) included"
+    )
+    parser.add_argument(
         "--list", action="store_true", help="list the checks in order and exit (with --json: the manifest)"
     )
     parser.add_argument("--check-config", action="store_true", help="only validate the settings file")
+    parser.add_argument(
+        "--drain-as",
+        metavar="PREFIX",
+        help="on a failure drain this node in Slurm, reason 'PREFIX: <check>: <message>' (validation jobs)",
+    )
     parser.add_argument(
         "--clear-sticky",
         metavar="BY",
@@ -155,6 +181,19 @@ def clear(config: dict[str, Any], by: str, as_json: bool) -> int:
     for record in [] if as_json else cleared:
         print(f"cleared {record['check']}: {record['message']} (kept since {when(record['since'])})")
     return 0
+
+
+REASON_MAX = 250  # characters of a drain reason (sinfo and squeue show far fewer)
+
+
+def drain(reason: str) -> None:
+    """--drain-as: drain this node with the failure in its reason. Slurm's health program leaves a reason that is
+    not its own alone, so the node stays drained until heal or an operator resumes it."""
+    node = socket.gethostname().split(".")[0]
+    argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={one_line(reason)[:REASON_MAX]}"]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    if result.returncode != 0:
+        print(f"corectl-health-check: could not drain {node}: {result.stderr.strip()}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,15 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.level is not None:
         config["dcgm_diag_level"] = args.level
     with_standard_path()
-    results = run_checks(config, only)
-    ok = all(r["status"] != "fail" for r in results)
+    results = run_checks(config, only, on_demand=args.validation)
+    ok = all(r["status"] not in ("fail", "interrupted") for r in results)
+    failed = next((r for r in results if r["status"] == "fail"), None)
+    if args.drain_as and failed and not any(r["status"] == "interrupted" for r in results):
+        drain(f"{args.drain_as}: {failed['name']}: {failed['message']}")
     if args.json:
         node = socket.gethostname().split(".")[0]
         print(json.dumps({"node": node, "ok": ok, "checks": results}, indent=2))
     elif args.slurm:
-        failed = next((r for r in results if r["status"] == "fail"), None)
-        if failed:
-            print(f"{failed['name']}: {failed['message']}")
+        first = next((r for r in results if r["status"] in ("fail", "interrupted")), None)
+        if first:
+            print(f"{first['name']}: {first['message']}")
     else:
         width = max(len(name) for name in CHECK_NAMES)
         for r in results:

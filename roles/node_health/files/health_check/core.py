@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_CONFIG = "/etc/corectl/health.json"
+# what Slurm sends to a job's processes when it is cancelled or preempted (SIGTERM, then SIGKILL), and Ctrl-C
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT})
 STANDARD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 # name -> (type(s), default). Keys are the role variables without their node_health_ prefix.
@@ -65,6 +67,9 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     "dcgm_diag_level": (int, 0),
     "command_timeout_s": (int, 30),
     "dcgm_diag_timeout_s": (int, 3600),
+    "nccl_command": (list, ["/usr/local/bin/all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"]),
+    "nccl_busbw_min_gbps": (int, 0),
+    "nccl_timeout_s": (int, 900),
     "state_dir": (str, "/var/lib/corectl/health"),
 }
 
@@ -136,6 +141,11 @@ class ConfigError(Exception):
 
 class CheckFailed(Exception):
     """A check found a problem; the message is what Slurm shows as the drain reason."""
+
+
+class Interrupted(CheckFailed):
+    """A command the check ran was killed by a signal it did not send (the job around it was cancelled or
+    preempted): the check says nothing about the node."""
 
 
 class Skip(Exception):
@@ -232,6 +242,8 @@ def run(argv: list[str], timeout: float) -> Result:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         raise CheckFailed(f"{shlex.join(argv)} did not finish within {timeout:g} s") from None
+    if -proc.returncode in STOP_SIGNALS:
+        raise Interrupted(f"{argv[0]} was stopped by signal {-proc.returncode}")
     return Result(proc.returncode, stdout, stderr)
 
 
