@@ -64,6 +64,9 @@ def history(site: Site) -> None:
         ("corectl: needs hardware service (gpu-count)", "gpu-count"),
         ("corectl-epilog: job 7 left pid 42 (python) on GPU 3, still there after SIGKILL", "gpu-handover"),
         ("Not responding", "slurm: Not responding"),
+        ("corectl validation: nccl: bus bandwidth 117.6 GB/s at 8 GiB < expected 450 GB/s", "nccl"),
+        ("corectl validation: dcgm-diag: dcgmi diag -r 2 failed: GPU 3: Fail", "dcgm-diag"),
+        ("corectl burn-in: bus bandwidth 117.6 GB/s at 8 GiB < expected 450 GB/s", "nccl"),
     ],
 )
 def test_a_failure_drain_is_classed_by_its_reason(reason: str, cls: str):

@@ -8,7 +8,8 @@ Definitions (docs/operations.md says them to operators):
   stretch, whatever their reasons became), or a failing health run that is not within one (nor in
   the SAME_FAILURE_LEAD before its start): corectl.health.drains.failure_count's rule;
 - a stretch's class is the check its first drain names (``corectl-health: xid: ...`` is ``xid``,
-  heal's ``needs hardware service (xid)`` too), ``gpu-handover`` for the epilog's drains, and
+  heal's ``needs hardware service (xid)`` and a validation job's ``corectl validation: nccl: ...`` too;
+  burn-in's are ``nccl``, the check it runs), ``gpu-handover`` for the epilog's drains, and
   ``slurm: <reason>`` for Slurm's own; a failing run's class is its first failing check;
 - down time is the time a node spent in failure stretches within the period (a stretch still open
   counts up to ``until``); planned drains are up time;
@@ -32,13 +33,17 @@ from corectl.health.stamps import parse_stamp
 
 HEALTH = re.compile(r"^corectl-health: ([a-z0-9-]+):")
 SERVICE = re.compile(r"^corectl: needs hardware service \(([a-z0-9-]+)\)")
+VALIDATION = re.compile(r"^corectl validation: ([a-z0-9-]+):")
+BURN_IN = "corectl burn-in:"  # burn-in runs the checker's nccl check
 
 
 def failure_class(reason: str) -> str:
     """The class of a failure drain, from its reason."""
-    found = HEALTH.match(reason) or SERVICE.match(reason)
+    found = HEALTH.match(reason) or SERVICE.match(reason) or VALIDATION.match(reason)
     if found:
         return found.group(1)
+    if reason.startswith(BURN_IN):
+        return "nccl"
     if reason.startswith("corectl-epilog:"):
         return "gpu-handover"
     return f"slurm: {reason.strip() or 'no reason'}"
