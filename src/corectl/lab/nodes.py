@@ -263,7 +263,7 @@ LAB_GROUP_VARS = {
     # package)
     "node_health_nccl_command": ["/usr/bin/gpu-sim-all-reduce-perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"],
     "node_health_nccl_pair_command": [
-        *("srun", "--ntasks-per-node=1", "/usr/bin/gpu-sim-all-reduce-perf"),
+        *("srun", "--ntasks-per-node=1", "--gres=gpu:{gpus}", "/usr/bin/gpu-sim-all-reduce-perf"),
         *("-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"),
     ],
     "corectl_burn_in_wait_s": 120,

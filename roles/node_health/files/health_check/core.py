@@ -74,6 +74,7 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
         [
             "srun",
             "--ntasks-per-node=1",
+            "--gres=gpu:{gpus}",
             "--mpi=pmix",
             "/usr/local/bin/all_reduce_perf",
             "-b",
