@@ -35,7 +35,7 @@ T = TypeVar("T")
 CORECTL = str(Path(sys.executable).parent / "corectl")
 SUBNET = "172.29.210.0/24"
 PORT_BASE = 22300
-HEAD, DGX1, DGX2 = (f"corectl-labtest-e2e-{n}" for n in ("head01", "dgx01", "dgx02"))
+HEAD, DGX1, DGX2, DGX3 = (f"corectl-labtest-e2e-{n}" for n in ("head01", "dgx01", "dgx02", "dgx03"))
 
 
 CONSOLE: list[str] = []  # everything corectl printed in this module (scanned for secrets at the end)
@@ -2038,6 +2038,25 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         assert rows == {f"e2e-dgx0{i}": "pass" for i in range(1, 5)}, burn
         assert burn.count("bus bandwidth 470.3 GB/s at 8 GiB") == 4, burn  # the checker's figure for each node
         assert len(runs(lab)[-1]["shards"]) == 2
+        # issue 33, validation's pairwise round over three of them, dgx03's NCCL at a quarter: the checker's
+        # nccl-pair (all_reduce_perf across two nodes through srun) as two-node jobs of the validation QOS; dgx01
+        # and dgx02 pass together, dgx03 then fails with dgx01 (known good) and is the only node drained
+        docker_exec(DGX3, "gpu-sim", "fault", "nccl-slow")
+        try:
+            paired = corectl("validate-nodes", "e2e-dgx[01-03]", "--pairwise", *args, check=False)
+            rows = {row[0]: row[1] for row in table_rows(paired.stdout) if row[0].startswith("e2e-")}
+            assert rows == {"e2e-dgx01": "pass", "e2e-dgx02": "pass", "e2e-dgx03": "fail"}, paired.stdout
+            assert paired.returncode == 1, paired.stdout
+            assert slurm_reason("e2e-dgx03") == (
+                "drain|corectl validation: nccl-pair: bus bandwidth 117.6 GB/s at 8 GiB < expected 360 GB/s "
+                "(with e2e-dgx01)"
+            )
+            assert [slurm_reason(n) for n in ("e2e-dgx01", "e2e-dgx02", "e2e-dgx04")] == ["idle|none"] * 3
+            pair_jobs = latest_jobs("corectl-validation-pair")
+            assert {job["QOS"] for job in pair_jobs.values()} == {"validation"}, pair_jobs
+        finally:
+            docker_exec(DGX3, "gpu-sim", "clear", "nccl-slow")
+        corectl("resume", "e2e-dgx03", *args)
         upgrade = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx03,e2e-dgx04", "--batch", "2").stdout
         record = runs(lab)[-1]
         assert record["command"] == "upgrade drivers e2e-dgx[03-04]" and record["status"] == "successful", upgrade

@@ -958,3 +958,58 @@ def test_a_command_stopped_by_a_signal_interrupts_the_check_instead_of_failing_i
     with pytest.raises(hc.Interrupted):
         hc.run(["sh", "-c", "kill -TERM $$"], timeout=10)
     assert hc.run(["sh", "-c", "exit 3"], timeout=10).rc == 3
+
+
+def free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_standin_all_reduce_across_two_nodes_reports_the_slower_one(tmp_path: Path):
+    """Two ranks of the stand-in all_reduce_perf (as srun starts them, one per node) meet over TCP; rank 0 alone
+    prints the report, for the slower node's peak bounded by the fabric; the checker reads it as it reads the
+    real tool's."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fast, slow = Sim(tmp_path / "a"), Sim(tmp_path / "b")
+    slow.run("gpu-sim", "fault", "nccl-slow")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "scontrol").write_text("#!/bin/sh\necho localhost\n")  # `scontrol show hostnames` of the step
+    (tools / "scontrol").chmod(0o755)
+    job = next(str(port - 20000) for port in range(30000, 40000) if free(port))  # it listens on 20000 + job % 20000
+    argv = [sys.executable, str(STANDIN / "nccltests" / "all_reduce_perf.py"), "-b", "1G", "-e", "8G", "-g", "8"]
+    slurm = {"SLURM_NTASKS": "2", "SLURM_JOB_ID": job, "SLURM_STEP_NODELIST": "localhost"}
+    ranks = [
+        subprocess.Popen(
+            argv,
+            env={**sim.env, **slurm, "SLURM_PROCID": str(rank), "PATH": f"{tools}:{os.environ['PATH']}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, sim in ((1, slow), (0, fast))
+    ]
+    (out0, err0), (out1, err1) = (ranks[1].communicate(timeout=60), ranks[0].communicate(timeout=60))
+    assert (ranks[1].returncode, ranks[0].returncode) == (0, 0), (err0, err1)
+    assert out1 == ""  # rank 1 prints nothing
+    assert hc.largest_message_busbw(out0) == (8 * 2**30, 117.58)
+
+
+def test_nccl_pair_runs_inside_a_two_node_job_and_judges_the_pairs_run(monkeypatch: pytest.MonkeyPatch):
+    pair = ["sh", "srun", "all_reduce_perf", "-g", "{gpus}"]
+    two = sample("all_reduce_perf.16xh100-2node-ndr.srun-label.nccl-tests-290.txt")
+    node = CannedNode({("sh", "srun", "all_reduce_perf", "-g", "8"): two}, gpu_count=8, nccl_pair_command=pair,
+                      nccl_pair_busbw_min_gbps=360)  # fmt: skip
+    monkeypatch.delenv("SLURM_JOB_NUM_NODES", raising=False)
+    with pytest.raises(hc.Skip) as skipped:
+        hc.check_nccl_pair(node)
+    assert str(skipped.value) == "runs inside a Slurm job of two nodes (this one: no job)"
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_nccl_pair(node)
+    assert str(raised.value) == "bus bandwidth 155.6 GB/s at 8 GiB < expected 360 GB/s"

@@ -117,3 +117,63 @@ def test_validate_nodes_needs_health_validation(prod_copy: Path):
     assert result.exit_code == 2, result.output
     assert "cluster.yml: health.validation is not set" in result.output
     assert "Traceback" not in result.output
+
+
+BATCH = {"batch"}
+
+
+def pair_round(cv: ModuleType, nodes: list[str], slow: set[str]) -> tuple[list[list[tuple[str, str]]], dict]:
+    """The pairwise round against nodes of which ``slow`` are slow (a pair passes when neither is): the pairs of
+    each round, and each node's verdict."""
+    tested: dict[tuple[str, str], bool | None] = {}
+    notes = {}
+    rounds = []
+    partitions = {n: BATCH for n in nodes}
+    for _ in range(cv.PAIR_ROUNDS):
+        pairs = cv.next_pairs(nodes, tested, partitions)
+        if not pairs:
+            break
+        rounds.append(pairs)
+        for pair in pairs:
+            tested[pair] = not (set(pair) & slow)
+            notes[pair] = "nccl-pair: fast" if tested[pair] else "nccl-pair: slow"
+    return rounds, {n: (v["result"], v["message"]) for n, v in cv.pair_verdicts(nodes, tested, notes).items()}
+
+
+def test_the_pairwise_round_finds_the_slow_node_of_three():
+    cv = validate_module()
+    rounds, verdicts = pair_round(cv, ["dgx01", "dgx02", "dgx03"], {"dgx03"})
+    assert rounds == [[("dgx01", "dgx02")], [("dgx03", "dgx01")]]  # then dgx03 with a node known good
+    assert verdicts == {
+        "dgx01": ("pass", "nccl-pair: fast (with dgx02)"),
+        "dgx02": ("pass", "nccl-pair: fast (with dgx01)"),
+        "dgx03": ("fail", "nccl-pair: slow (with dgx01)"),
+    }
+
+
+def test_the_pairwise_round_splits_bad_pairs_with_good_nodes():
+    cv = validate_module()
+    nodes = [f"dgx{i:02d}" for i in range(1, 7)]
+    rounds, verdicts = pair_round(cv, nodes, {"dgx02", "dgx06"})
+    assert rounds[0] == [("dgx01", "dgx02"), ("dgx03", "dgx04"), ("dgx05", "dgx06")]
+    # then each node of a failed pair with a node known good, one pair per node and round
+    assert rounds[1:] == [[("dgx01", "dgx03"), ("dgx02", "dgx04")], [("dgx05", "dgx01"), ("dgx06", "dgx03")]]
+    assert {n: v[0] for n, v in verdicts.items()} == {
+        "dgx01": "pass", "dgx02": "fail", "dgx03": "pass", "dgx04": "pass", "dgx05": "pass", "dgx06": "fail",
+    }  # fmt: skip
+    # two nodes that fail only with each other: neither is known bad, neither is drained
+    rounds, verdicts = pair_round(cv, ["dgx01", "dgx02"], {"dgx02"})
+    assert rounds == [[("dgx01", "dgx02")]]
+    assert verdicts == {
+        "dgx01": ("suspect", "failed only with dgx02: cannot tell which"),
+        "dgx02": ("suspect", "failed only with dgx01: cannot tell which"),
+    }
+
+
+def test_pairs_share_a_partition_and_a_node_in_no_pair_is_untested():
+    cv = validate_module()
+    partitions = {"dgx01": {"batch"}, "dgx02": {"batch"}, "dgx03": {"debug"}}
+    assert cv.next_pairs(["dgx01", "dgx02", "dgx03"], {}, partitions) == [("dgx01", "dgx02")]
+    tested = {("dgx01", "dgx02"): True}
+    assert cv.next_pairs(["dgx01", "dgx02", "dgx03"], tested, partitions) == []
+    assert cv.pair_verdicts(["dgx03"], tested, {})["dgx03"]["result"] == "untested"

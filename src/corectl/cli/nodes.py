@@ -95,6 +95,9 @@ def validate_nodes(
         typer.Argument(metavar="[NODES]", help="these GPU nodes now, if idle (default: the idle ones, as the timer)"),
     ] = None,
     inventory: InventoryOpt = None,
+    pairwise: Annotated[
+        bool, typer.Option("--pairwise", help="NCCL all_reduce between pairs of nodes instead: drain the bad one")
+    ] = False,
     wait: WaitOpt = 0,
 ) -> None:
     """Run a validation round now: dcgmi diag and NCCL all_reduce as Slurm jobs of the validation QOS (any user
@@ -104,7 +107,7 @@ def validate_nodes(
 
     site = policy.site(inventory)
     with policy.changing(site, wait):
-        results = run_validation(site, out, nodes)
+        results = run_validation(site, out, nodes, pairwise)
     if any(r.result in FAILED for r in results):
         raise typer.Exit(1)
 

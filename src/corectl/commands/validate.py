@@ -19,18 +19,18 @@ from corectl.site.inventory import render_site
 from corectl.slurm import compute_names
 
 RESULT_TASK = "Run a validation round and wait for its jobs"  # playbooks/validate-nodes.yml
-FAILED = ("fail", "error")
+FAILED = ("fail", "error", "suspect")
 
 
 @dataclass(frozen=True)
 class Validated:
     node: str
-    result: str  # pass | fail | preempted | skipped | error
+    result: str  # pass | fail | preempted | skipped | error; the pairwise round: suspect | untested
     job: str
     message: str
 
 
-def validate_nodes(site: Site, console: Console, nodes: str | None) -> list[Validated]:
+def validate_nodes(site: Site, console: Console, nodes: str | None, pairwise: bool = False) -> list[Validated]:
     cluster, _ = render_site(site, check_only=False)
     if cluster.config.health.validation is None:
         why = "health.validation is not set (the validation QOS and program exist only with it)"
@@ -40,9 +40,9 @@ def validate_nodes(site: Site, console: Console, nodes: str | None) -> list[Vali
     request = RunRequest(
         site=site,
         playbook="validate-nodes.yml",
-        command="validate-nodes",
+        command="validate-nodes" + (" --pairwise" if pairwise else ""),
         limit=controller,
-        extravars={"corectl_validate_nodes": ",".join(names)},
+        extravars={"corectl_validate_nodes": ",".join(names), "corectl_validate_pairwise": pairwise},
         secrets=False,
         fan_out=False,
     )
@@ -55,15 +55,16 @@ def validate_nodes(site: Site, console: Console, nodes: str | None) -> list[Vali
         raise CorectlError(f"validation round on {controller} failed: {str(said).strip()}")
     rows = json.loads(res.get("stdout") or "[]")
     results = [Validated(r["node"], r["result"], r.get("job", ""), r.get("message", "")) for r in rows]
-    console.print(table(results))
+    console.print(table(results, pairwise))
     return results
 
 
-def table(results: list[Validated]) -> Table:
-    shown = Table(title="validation: dcgmi diag and NCCL all_reduce as Slurm jobs of the validation QOS")
+def table(results: list[Validated], pairwise: bool = False) -> Table:
+    what = "NCCL all_reduce between pairs of nodes" if pairwise else "dcgmi diag and NCCL all_reduce"
+    shown = Table(title=f"validation: {what} as Slurm jobs of the validation QOS")
     for column in ("node", "result", "job", "message"):
         shown.add_column(column)
     for r in results:
-        style = "red" if r.result in FAILED else "yellow" if r.result in ("preempted", "skipped") else None
+        style = "red" if r.result in FAILED else "yellow" if r.result in ("preempted", "skipped", "untested") else None
         shown.add_row(r.node, r.result, r.job or "-", r.message, style=style)
     return shown

@@ -53,6 +53,7 @@ CHECK_ORDER = (
     "clock",
     "dcgm-diag",
     "nccl",  # only when named: burn-in and validation jobs
+    "nccl-pair",  # only when named: validation's pairwise round
 )
 STATUSES = ("pass", "fail", "skip")
 FAILED_VERDICT = "FAIL"  # how last_verdicts() starts a failed node's verdict

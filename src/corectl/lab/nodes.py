@@ -262,6 +262,10 @@ LAB_GROUP_VARS = {
     # nccl-tests' all_reduce_perf (burn-in, validation): the stand-in answering for the simulated GPUs (gpu-sim's
     # package)
     "node_health_nccl_command": ["/usr/bin/gpu-sim-all-reduce-perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"],
+    "node_health_nccl_pair_command": [
+        *("srun", "--ntasks-per-node=1", "--gres=gpu:{gpus}", "/usr/bin/gpu-sim-all-reduce-perf"),
+        *("-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"),
+    ],
     "corectl_burn_in_wait_s": 120,
     "corectl_burn_in_time_min": 5,
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh

@@ -13,7 +13,10 @@ passing check that could not look at everything says so in its message ("warning
   --drain-as PREFIX                    on a failure drain the node, reason "PREFIX: <check>: <message>"
                                        (corectl's validation jobs); a check whose command was stopped by a
                                        signal (the job was preempted) is "interrupted" and drains nothing
-The nccl check (nccl-tests' all_reduce_perf on every GPU) runs only when --only names it, or with
+  --note-job                           write the verdict into this Slurm job's AdminComment (a pair's job:
+                                       the controller reads it there)
+The nccl check (nccl-tests' all_reduce_perf on every GPU) and nccl-pair (the same over the fabric, between the two
+nodes of a Slurm job) run only when --only names them, or with
 --validation (every check: corectl heal's validation of a drained node after a reboot or power cycle).
   corectl-health-check --list [--json]  the checks in order ([--json]: the manifest: each check's
                                        settings, every setting's type and default)

@@ -35,7 +35,7 @@ from .gpu import (
     check_throttle,
 )
 from .memory import check_edac
-from .nccl import check_nccl
+from .nccl import check_nccl, check_nccl_pair
 from .network import check_gpudirect, check_ib, check_ib_errors
 from .nvlink import check_nvlink
 from .services import check_clock, check_services
@@ -85,6 +85,7 @@ CHECKS: list[Check] = [
     Check("clock", check_clock, ("clock", "clock_unsynced_grace_s")),
     Check("dcgm-diag", check_dcgm_diag, ("dcgm_diag_level", "dcgm_diag_timeout_s")),
     Check("nccl", check_nccl, ("nccl_command", "nccl_busbw_min_gbps", "nccl_timeout_s"), on_demand=True),
+    Check("nccl-pair", check_nccl_pair, ("nccl_pair_command", "nccl_pair_busbw_min_gbps"), on_demand=True),
 ]
 CHECK_NAMES = [check.name for check in CHECKS]
 
@@ -166,6 +167,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="on a failure drain this node in Slurm, reason 'PREFIX: <check>: <message>' (validation jobs)",
     )
     parser.add_argument(
+        "--note-job",
+        action="store_true",
+        help="write the verdict into this Slurm job's AdminComment: '<pass|fail>: <check>: <message>'",
+    )
+    parser.add_argument(
         "--clear-sticky",
         metavar="BY",
         help="end the failures kept on this node (hardware Xids, lost GPUs), saying who does (heal, an operator)",
@@ -194,6 +200,18 @@ def drain(reason: str) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
     if result.returncode != 0:
         print(f"corectl-health-check: could not drain {node}: {result.stderr.strip()}", file=sys.stderr)
+
+
+def note_job(text: str) -> None:
+    """--note-job: the verdict where the job's submitter reads it (scontrol show job: AdminComment)."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if not job:
+        print("corectl-health-check: --note-job outside a Slurm job: nothing noted", file=sys.stderr)
+        return
+    argv = ["scontrol", "update", f"jobid={job}", f"AdminComment={one_line(text)[:REASON_MAX]}"]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    if result.returncode != 0:
+        print(f"corectl-health-check: could not note job {job}: {result.stderr.strip()}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = next((r for r in results if r["status"] == "fail"), None)
     if args.drain_as and failed and not any(r["status"] == "interrupted" for r in results):
         drain(f"{args.drain_as}: {failed['name']}: {failed['message']}")
+    if args.note_job and results:
+        shown = failed or next((r for r in results if r["status"] == "interrupted"), results[-1])
+        note_job(f"{'pass' if ok else shown['status']}: {shown['name']}: {shown['message']}")
     if args.json:
         node = socket.gethostname().split(".")[0]
         print(json.dumps({"node": node, "ok": ok, "checks": results}, indent=2))

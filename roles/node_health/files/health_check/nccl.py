@@ -1,9 +1,10 @@
-"""NCCL all_reduce bus bandwidth of the node's GPUs (nccl-tests' all_reduce_perf), judged at the sweep's largest
-message. It takes every GPU for a minute: it runs only when asked for by name (burn-in, validation), never in
-Slurm's periodic health program."""
+"""NCCL all_reduce bus bandwidth (nccl-tests' all_reduce_perf), judged at the sweep's largest message: of the node's
+GPUs (nccl), and of a pair of nodes over the fabric from inside a two-node Slurm job (nccl-pair). Each takes every
+GPU for a minute: they run only when asked for by name (burn-in, validation), never in Slurm's periodic program."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -33,22 +34,36 @@ def measured_busbw(output: str) -> tuple[float, str] | None:
     return (float(average.group(1)), " (average)") if average else None
 
 
-def check_nccl(node: Node) -> str:
+def all_reduce(node: Node, command: list[str], expected: int, tool: str) -> str:
+    """Run an all_reduce_perf command line ({gpus}: the node's GPU count) and judge its bus bandwidth."""
     config = node.config
     needs_gpus(config)
-    gpus = str(config["gpu_count"])
-    argv = [part.replace("{gpus}", gpus) for part in config["nccl_command"]]
+    argv = [part.replace("{gpus}", str(config["gpu_count"])) for part in command]
     if not argv:
-        raise Skip("nccl_command empty")
+        raise Skip("no command set")
     if shutil.which(argv[0]) is None:
-        raise Skip(f"nccl-tests' all_reduce_perf is not installed ({argv[0]} not found)")
+        raise Skip(f"{tool} is not installed ({argv[0]} not found)")
     result = node.run(*argv, timeout=float(config["nccl_timeout_s"]))
     found = measured_busbw(result.stdout)
     if result.rc != 0 or found is None:
         lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip()]
         raise CheckFailed(f"all_reduce_perf failed (rc {result.rc}): {lines[-1] if lines else 'no output'}")
     busbw, at = found
-    expected = config["nccl_busbw_min_gbps"]
     if expected and busbw < expected:
         raise CheckFailed(f"bus bandwidth {busbw:.1f} GB/s{at} < expected {expected} GB/s")
     return f"bus bandwidth {busbw:.1f} GB/s{at}" + (f" (expected >= {expected} GB/s)" if expected else "")
+
+
+def check_nccl(node: Node) -> str:
+    config = node.config
+    return all_reduce(node, config["nccl_command"], config["nccl_busbw_min_gbps"], "nccl-tests' all_reduce_perf")
+
+
+def check_nccl_pair(node: Node) -> str:
+    """The two nodes of this Slurm job over the fabric: nccl_pair_command (srun across the job's nodes)."""
+    config = node.config
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "")
+    if nodes != "2":
+        raise Skip(f"runs inside a Slurm job of two nodes (this one: {nodes or 'no job'})")
+    tool = "nccl-tests' all_reduce_perf"
+    return all_reduce(node, config["nccl_pair_command"], config["nccl_pair_busbw_min_gbps"], tool)
