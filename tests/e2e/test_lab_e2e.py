@@ -1263,14 +1263,15 @@ def test_failure_history_names_the_repeat_offenders(lab: Path):
     Slurm's accounting): each fault round failed both nodes (a failing run, then the program's drain: one
     failure), the Slurm interval test failed e2e-dgx01 once more (fabricmanager: two runs and slurmd's own
     drain, one failure)."""
-    history = history_rows(corectl("history", "e2e-dgx01", "--inventory", str(lab), "--last", "10").stdout)
+    history = history_rows(corectl("history", "e2e-dgx01", "--inventory", str(lab), "--last", "20").stdout)
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
-    # the drain slurmd made in the interval test (ended when it passed again), after the runs that saw it
+    # the drain slurmd made in the interval test (ended when it passed again), and the runs that saw the fault:
+    # slurmd's 30 s interval may fall before, between or after them, so the rows may come in any order
     drained = next(
         n for n, row in enumerate(history) if re.match(rf"{stamp} DRAIN corectl-health: fabricmanager: ", row)
     )
     assert re.search(r"\(root\(0\), until \S+ \S+\)$", history[drained]), history
-    assert any(re.match(rf"{stamp} FAIL fabricmanager: ", row) for row in history[drained + 1 :]), history
+    assert any(re.match(rf"{stamp} FAIL fabricmanager: ", row) for row in history), history
     data = json.loads(corectl("rma", "--inventory", str(lab), "--json").stdout)
     counts = {n["node"]: n["failures"] for n in data["nodes"]}
     assert counts["e2e-dgx01"] >= len(ROUNDS) + 1 and counts["e2e-dgx02"] >= len(ROUNDS), counts
