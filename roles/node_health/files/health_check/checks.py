@@ -192,14 +192,19 @@ def clear(config: dict[str, Any], by: str, as_json: bool) -> int:
 REASON_MAX = 250  # characters of a drain reason (sinfo and squeue show far fewer)
 
 
+def scontrol_update(what: str, target: str, *settings: str) -> None:
+    """`scontrol update <target> <settings>`; a refusal is said on stderr (the verdict stands either way)."""
+    argv = ["scontrol", "update", target, *settings]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    if result.returncode != 0:
+        print(f"corectl-health-check: could not {what}: {result.stderr.strip()}", file=sys.stderr)
+
+
 def drain(reason: str) -> None:
     """--drain-as: drain this node with the failure in its reason. Slurm's health program leaves a reason that is
     not its own alone, so the node stays drained until heal or an operator resumes it."""
     node = socket.gethostname().split(".")[0]
-    argv = ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={one_line(reason)[:REASON_MAX]}"]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
-    if result.returncode != 0:
-        print(f"corectl-health-check: could not drain {node}: {result.stderr.strip()}", file=sys.stderr)
+    scontrol_update(f"drain {node}", f"nodename={node}", "state=drain", f"reason={one_line(reason)[:REASON_MAX]}")
 
 
 def note_job(text: str) -> None:
@@ -208,10 +213,7 @@ def note_job(text: str) -> None:
     if not job:
         print("corectl-health-check: --note-job outside a Slurm job: nothing noted", file=sys.stderr)
         return
-    argv = ["scontrol", "update", f"jobid={job}", f"AdminComment={one_line(text)[:REASON_MAX]}"]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
-    if result.returncode != 0:
-        print(f"corectl-health-check: could not note job {job}: {result.stderr.strip()}", file=sys.stderr)
+    scontrol_update(f"note job {job}", f"jobid={job}", f"AdminComment={one_line(text)[:REASON_MAX]}")
 
 
 def main(argv: list[str] | None = None) -> int:
