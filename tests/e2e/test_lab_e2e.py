@@ -809,10 +809,10 @@ NCCL = ["NCCL_IB_GID_INDEX=3", f"NCCL_IB_HCA={','.join(f'mlx5_{i}' for i in rang
 
 
 def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path, container_image: str):
-    packages = ["rdma-core", "ibverbs-utils", "infiniband-diags"]
+    packages = ["rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"]
     states = "dpkg-query -W -f='${db:Status-Status}\\n' " + " ".join(packages) + " 2>/dev/null; true"
     for container in (DGX1, DGX2):
-        assert docker_exec(container, "sh", "-c", states).split() == ["installed"] * 3
+        assert docker_exec(container, "sh", "-c", states).split() == ["installed"] * 4
         assert docker_exec(container, "cat", "/etc/modules-load.d/corectl-gpudirect.conf").splitlines()[-1] == (
             "nvidia_peermem"
         )
@@ -2057,6 +2057,31 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
             assert {job["QOS"] for job in pair_jobs.values()} == {"validation"}, pair_jobs
         finally:
             docker_exec(DGX3, "gpu-sim", "clear", "nccl-slow")
+        corectl("resume", "e2e-dgx03", *args)
+        # ... and the ib-pair check of the same jobs (perftest's ib_write_bw on each port, dgx01 serving, the other
+        # node writing through srun): dgx03's mlx5_3 ACTIVE at 400 Gb/s (the ib check passes) but carrying a quarter
+        docker_exec(DGX3, "gpu-sim", "fault", "ib-slow", "--device", "mlx5_3")
+        try:
+            paired = corectl("validate-nodes", "e2e-dgx[01-03]", "--pairwise", *args, check=False)
+            rows = {row[0]: row[1:] for row in table_rows(paired.stdout) if row[0].startswith("e2e-")}
+            assert {node: row[0] for node, row in rows.items()} == {
+                "e2e-dgx01": "pass",
+                "e2e-dgx02": "pass",
+                "e2e-dgx03": "fail",
+            }, paired.stdout
+            # the passing pair's verdict, as the checker noted it on its job
+            pair_jobs = latest_jobs("corectl-validation-pair")
+            passed = next(j["JobId"] for n, j in pair_jobs.items() if n in ("e2e-dgx[01-02]", "e2e-dgx01,e2e-dgx02"))
+            shown = docker_exec(HEAD, "scontrol", "show", "job", passed)
+            want = "AdminComment=pass: ib-pair: ib_write_bw from e2e-dgx02 on 8 ports: lowest 392.4 Gb/s (mlx5_0)"
+            assert want in shown, shown
+            assert slurm_reason("e2e-dgx03") == (
+                "drain|corectl validation: ib-pair: ib_write_bw from e2e-dgx03: mlx5_3 98.1 Gb/s < expected 380 Gb/s "
+                "(with e2e-dgx01)"
+            )
+            assert [slurm_reason(n) for n in ("e2e-dgx01", "e2e-dgx02", "e2e-dgx04")] == ["idle|none"] * 3
+        finally:
+            docker_exec(DGX3, "gpu-sim", "clear", "ib-slow")
         corectl("resume", "e2e-dgx03", *args)
         upgrade = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx03,e2e-dgx04", "--batch", "2").stdout
         record = runs(lab)[-1]

@@ -1013,3 +1013,75 @@ def test_nccl_pair_runs_inside_a_two_node_job_and_judges_the_pairs_run(monkeypat
     with pytest.raises(hc.CheckFailed) as raised:
         hc.check_nccl_pair(node)
     assert str(raised.value) == "bus bandwidth 155.6 GB/s at 8 GiB < expected 360 GB/s"
+
+
+def test_ib_write_bw_reads_the_real_ndr_report():
+    """A real NDR port: 392.34 Gb/s average at 64 KiB, with perftest's CPU frequency warning inside the table."""
+    assert hc.write_bw(sample("ib_write_bw.ndr-ib.mlx5_0.report-gbits.txt")) == (65536, 392.34)
+    assert hc.write_bw("Couldn't connect to dgx02:18515\n") is None
+
+
+def test_standin_ib_write_bw_prints_the_real_table(tmp_path: Path):
+    """The stand-in's header row is the real tool's, and its report reads as the real one does."""
+    (tmp_path / "a").mkdir()
+    a = Sim(tmp_path / "a")
+    port = next(p for p in range(30000, 40000) if free(p))
+    tool = [sys.executable, str(STANDIN / "perftest" / "ib_write_bw.py"), "-d", "mlx5_2", "-p", str(port)]
+    server = subprocess.Popen([*tool, "--report_gbits"], env=a.env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while free(port):
+        assert server.poll() is None and time.monotonic() < deadline, "the stand-in server did not listen"
+        time.sleep(0.05)
+    argv = [*tool, "--report_gbits", "localhost"]
+    client = subprocess.run(argv, env=a.env, capture_output=True, text=True, check=False)
+    served, _ = server.communicate(timeout=30)
+    real = sample("ib_write_bw.ndr-ib.mlx5_0.report-gbits.txt").splitlines()
+    header = next(line for line in real if line.startswith(" #bytes"))
+    for out in (client.stdout, served):
+        assert header in out.splitlines(), out
+        assert hc.write_bw(out) == (65536, 392.4), out
+    refused = subprocess.run([*tool, "localhost"], env=a.env, capture_output=True, text=True, check=False)
+    assert (refused.returncode, refused.stdout.splitlines()[0]) == (1, f"Couldn't connect to localhost:{port}")
+
+
+def test_ib_pair_writes_to_each_port_from_the_other_node_and_names_a_slow_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """This node (sim a) serves on each ACTIVE port; the job's other node (sim b, its client started through the
+    launcher) writes to it. b's mlx5_3 carries a quarter of its rate: the check fails naming that port."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = Sim(tmp_path / "a"), Sim(tmp_path / "b")
+    b.run("gpu-sim", "fault", "ib-slow", "--device", "mlx5_3")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "scontrol").write_text("#!/bin/sh\necho localhost; echo dgx02\n")  # `scontrol show hostnames`
+    (tools / "scontrol").chmod(0o755)
+    partner = [f"{key}={b.env[key]}" for key in ("GPU_SIM_STATE", "GPU_SIM_LIB", "GPU_SIM_RUN", "GPU_SIM_SYSFS")]
+    for key in ("GPU_SIM_STATE", "GPU_SIM_LIB", "GPU_SIM_RUN", "GPU_SIM_SYSFS"):
+        monkeypatch.setenv(key, a.env[key])
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURMD_NODENAME", "localhost")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "localhost,dgx02")
+    config = json.loads(json.dumps({key: default for key, (_kind, default) in hc.SETTINGS.items()}))
+    config.update(
+        ib_ports=8,
+        ib_sysfs_root=str(a.sysfs / "class" / "infiniband"),
+        ib_pair_command=[sys.executable, str(STANDIN / "perftest" / "ib_write_bw.py"), "--report_gbits"],
+        ib_pair_launcher=["env", *partner],  # {partner} unused: the "other node" is this host with b's ports
+        ib_write_bw_min_gbps=380,
+    )
+    monkeypatch.delenv("SLURM_JOB_NUM_NODES", raising=False)
+    with pytest.raises(hc.Skip):
+        hc.check_ib_pair(hc.Node(config))
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    with pytest.raises(hc.CheckFailed) as raised:
+        hc.check_ib_pair(hc.Node(config))
+    assert str(raised.value) == "ib_write_bw from dgx02: mlx5_3 98.1 Gb/s < expected 380 Gb/s"
+    b.run("gpu-sim", "clear", "ib-slow")
+    assert hc.check_ib_pair(hc.Node(config)) == (
+        "ib_write_bw from dgx02 on 8 ports: lowest 392.4 Gb/s (mlx5_0) (expected >= 380 Gb/s)"
+    )
+    # a port this node cannot serve on (DOWN here) is not tested: the ib check fails it; the others are
+    a.run("gpu-sim", "fault", "ib-down", "--device", "mlx5_5")
+    assert hc.check_ib_pair(hc.Node(config)).startswith("ib_write_bw from dgx02 on 7 ports: ")

@@ -173,6 +173,8 @@ def gpu_sim_package() -> Package:
     pkg.add_source("/usr/bin/gpu-sim", "gpusim/gpu_sim.py", 0o755)
     # nccl-tests' all_reduce_perf (built from GitHub on real nodes), answering for the simulated GPUs
     pkg.add_source("/usr/bin/gpu-sim-all-reduce-perf", "nccltests/all_reduce_perf.py", 0o755)
+    # perftest's ib_write_bw (Debian's perftest needs an RDMA device), answering for the simulated ports
+    pkg.add_source("/usr/bin/gpu-sim-ib-write-bw", "perftest/ib_write_bw.py", 0o755)
     pkg.add_source("/lib/systemd/system/gpu-sim-boot.service", "gpusim/gpu-sim-boot.service")
     pkg.postinst = postinst(
         SYSTEMD_RELOAD + "systemctl enable gpu-sim-boot.service >/dev/null 2>&1 || true\n"

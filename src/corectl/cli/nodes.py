@@ -96,7 +96,7 @@ def validate_nodes(
     ] = None,
     inventory: InventoryOpt = None,
     pairwise: Annotated[
-        bool, typer.Option("--pairwise", help="NCCL all_reduce between pairs of nodes instead: drain the bad one")
+        bool, typer.Option("--pairwise", help="NCCL all_reduce and ib_write_bw between pairs of nodes: drain bad ones")
     ] = False,
     wait: WaitOpt = 0,
 ) -> None:

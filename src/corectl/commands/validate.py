@@ -60,7 +60,7 @@ def validate_nodes(site: Site, console: Console, nodes: str | None, pairwise: bo
 
 
 def table(results: list[Validated], pairwise: bool = False) -> Table:
-    what = "NCCL all_reduce between pairs of nodes" if pairwise else "dcgmi diag and NCCL all_reduce"
+    what = "NCCL all_reduce and ib_write_bw between pairs of nodes" if pairwise else "dcgmi diag and NCCL all_reduce"
     shown = Table(title=f"validation: {what} as Slurm jobs of the validation QOS")
     for column in ("node", "result", "job", "message"):
         shown.add_column(column)

@@ -54,6 +54,7 @@ CHECK_ORDER = (
     "dcgm-diag",
     "nccl",  # only when named: burn-in and validation jobs
     "nccl-pair",  # only when named: validation's pairwise round
+    "ib-pair",
 )
 STATUSES = ("pass", "fail", "skip")
 FAILED_VERDICT = "FAIL"  # how last_verdicts() starts a failed node's verdict

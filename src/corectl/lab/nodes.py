@@ -266,6 +266,8 @@ LAB_GROUP_VARS = {
         *("srun", "--ntasks-per-node=1", "--gres=gpu:{gpus}", "/usr/bin/gpu-sim-all-reduce-perf"),
         *("-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"),
     ],
+    # perftest's ib_write_bw (validation's pairwise round): the stand-in answering for gpu-sim's ports
+    "node_health_ib_pair_command": ["/usr/bin/gpu-sim-ib-write-bw", "--report_gbits", "-F"],
     "corectl_burn_in_wait_s": 120,
     "corectl_burn_in_time_min": 5,
     # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh

@@ -44,10 +44,11 @@ import gpusim  # noqa: E402
 # host memory error on memory controller mc1; nvme-missing: a drive left the bus (--device nvme9); nvme-warning:
 # a drive's SMART critical warning "reliability degraded" (--device nvme3); nccl-slow: NCCL all_reduce at a
 # quarter of its bus bandwidth (a degraded NVLink or GPU: what burn-in and validation catch); diag-slow: dcgmi
-# diag takes DIAG_SLOW_S, as a long diagnostic does on real GPUs (a job running it can then be preempted)
+# diag takes DIAG_SLOW_S, as a long diagnostic does on real GPUs (a job running it can then be preempted);
+# ib-slow: a port (--device) stays ACTIVE at its rate but carries a quarter of it (a bad cable: ib_write_bw sees it)
 FAULTS = (
     "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
-    "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning", "nccl-slow", "diag-slow",
+    "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning", "nccl-slow", "diag-slow", "ib-slow",
 )  # fmt: skip
 DIAG_SLOW_S = 900
 NVME_FAULT_DRIVE = {"nvme-missing": "nvme9", "nvme-warning": "nvme3"}
@@ -158,6 +159,10 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
     if name == "ib-down":
         _ib(state, args.device)["state"] = "DOWN"
         return
+    if name == "ib-slow":
+        port = _ib(state, args.device)
+        port["write_bw_gbps"] = round(float(port.get("rate_gbps", gpusim.IB_RATE_GBPS)) * 0.981 / 4, 2)
+        return
     if name == "edac-ue":  # the kernel's count: it grows until a boot
         counts = state.setdefault("edac", {}).setdefault("mc1", {})
         counts["ue_count"] = int(counts.get("ue_count", 0)) + 1
@@ -203,10 +208,12 @@ def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
         nvme["missing"] = [d for d in nvme.get("missing", []) if args.device not in (None, d)]
     if name in ("nvme-warning", "all"):
         nvme["warnings"] = {d: w for d, w in nvme.get("warnings", {}).items() if args.device not in (None, d)}
-    if name in ("ib-down", "all"):
-        for port in state["ib_ports"]:
-            if args.device in (None, port["device"]):
+    for port in state["ib_ports"]:
+        if args.device in (None, port["device"]):
+            if name in ("ib-down", "all"):
                 port["state"] = "ACTIVE"
+            if name in ("ib-slow", "all"):
+                port.pop("write_bw_gbps", None)
     gpus = state["gpus"] if args.gpu is None else [_gpu(state, args.gpu)]
     for gpu in gpus:
         if name in ("lost-gpu", "dead-gpu", "all"):

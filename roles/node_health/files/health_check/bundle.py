@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 TARGET = HERE.parent / "corectl-health-check"
 ORDER = (
     "core", "sticky", "gpu", "fabric", "nvlink", "xid", "memory",
-    "network", "storage", "services", "diagnostics", "nccl", "checks",
+    "network", "storage", "services", "diagnostics", "nccl", "perftest", "checks",
 )  # fmt: skip
 MAIN = 'if __name__ == "__main__":\n    signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n    sys.exit(main())\n'
 

@@ -38,6 +38,7 @@ from .memory import check_edac
 from .nccl import check_nccl, check_nccl_pair
 from .network import check_gpudirect, check_ib, check_ib_errors
 from .nvlink import check_nvlink
+from .perftest import check_ib_pair
 from .services import check_clock, check_services
 from .sticky import clear_sticky, when
 from .storage import check_mounts, check_nvme
@@ -86,6 +87,12 @@ CHECKS: list[Check] = [
     Check("dcgm-diag", check_dcgm_diag, ("dcgm_diag_level", "dcgm_diag_timeout_s")),
     Check("nccl", check_nccl, ("nccl_command", "nccl_busbw_min_gbps", "nccl_timeout_s"), on_demand=True),
     Check("nccl-pair", check_nccl_pair, ("nccl_pair_command", "nccl_pair_busbw_min_gbps"), on_demand=True),
+    Check(
+        "ib-pair",
+        check_ib_pair,
+        ("ib_pair_command", "ib_pair_launcher", "ib_write_bw_min_gbps", "ib_pair_timeout_s"),
+        on_demand=True,
+    ),
 ]
 CHECK_NAMES = [check.name for check in CHECKS]
 

@@ -89,6 +89,10 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     ),
     "nccl_pair_busbw_min_gbps": (int, 0),
     "nccl_timeout_s": (int, 900),
+    "ib_pair_command": (list, ["ib_write_bw", "--report_gbits", "-F", "-s", "1048576", "-n", "20000"]),
+    "ib_pair_launcher": (list, ["srun", "--nodes=1", "--ntasks=1", "--overlap", "--nodelist={partner}"]),
+    "ib_write_bw_min_gbps": (int, 0),
+    "ib_pair_timeout_s": (int, 120),
     "state_dir": (str, "/var/lib/corectl/health"),
 }
 
