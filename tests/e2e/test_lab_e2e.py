@@ -808,6 +808,51 @@ def test_the_accounting_database_converges_to_cluster_yml(lab: Path):
 NCCL = ["NCCL_IB_GID_INDEX=3", f"NCCL_IB_HCA={','.join(f'mlx5_{i}' for i in range(8))}", "NCCL_SOCKET_IFNAME=eth0"]
 
 
+def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab: Path):
+    """Issue 34: `corectl backup` takes the accounting database (one transaction), slurmctld's saved state and
+    corectl's own records, each checksummed; the head's timer service keeps the newest two (the lab's retention);
+    a damaged file is named and fails the listing."""
+    args = ("--inventory", str(lab))
+    marker = "e2e-backup-marker"
+    submit = ("sbatch", "--parsable", f"--job-name={marker}", "--wrap", "true")
+    job = docker_exec(HEAD, "runuser", "-u", "alice", "--", *submit).strip()
+    sacct = ("sacct", "-j", job, "-X", "-n", "-o", "State")
+    wait_for(lambda: docker_exec(HEAD, *sacct).split(), lambda states: states == ["COMPLETED"], 120)
+    docker_exec(HEAD, "rm", "-rf", "/var/backups/corectl")  # this test's backups only
+    [taken] = json.loads(corectl("backup", *args, "--json").stdout)
+    assert (taken["host"], taken["verified"]) == ("e2e-head01", "ok"), taken
+    assert taken["files"] == ["corectl-site.tar.gz", "slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]
+    path = f"/var/backups/corectl/{taken['name']}"
+    assert docker_exec(HEAD, "stat", "-c", "%a %U", "/var/backups/corectl").split() == ["700", "root"]
+    # the dump holds the job just run; the state archive slurmctld's job state; corectl's archive the site as
+    # corectl keeps it, its secrets vault-encrypted and without the vault password
+    assert int(docker_exec(HEAD, "zgrep", "-c", marker, f"{path}/slurm_acct_db.sql.gz")) >= 1
+    assert "slurmctld/job_state" in docker_exec(HEAD, "tar", "-tzf", f"{path}/slurmctld-state.tar.gz").split()
+    site_files = docker_exec(HEAD, "tar", "-tzf", f"{path}/corectl-site.tar.gz").split()
+    assert {f"{lab.name}/cluster.yml", f"{lab.name}/secrets/munge.key"} <= set(site_files), site_files
+    assert not [name for name in site_files if ".vault-pass" in name or "/.lab" in name], site_files
+    munge = docker_exec(HEAD, "sh", "-c", f"tar -xzOf {path}/corectl-site.tar.gz {lab.name}/secrets/munge.key")
+    assert munge.startswith("$ANSIBLE_VAULT;"), munge[:40]
+    copy = subprocess.run(["docker", "exec", HEAD, "test", "-e", "/root/corectl-site.tar.gz"], check=False)
+    assert copy.returncode == 1  # corectl's copy of its archive is gone from the head
+    # the timer's own service twice more: three backups taken, the newest two kept, each verifying
+    assert docker_exec(HEAD, "systemctl", "is-enabled", "corectl-backup.timer").strip() == "enabled"
+    for _ in range(2):
+        docker_exec(HEAD, "systemctl", "start", "corectl-backup.service")  # oneshot: returns when it is done
+    kept = json.loads(corectl("backup", "--list", *args, "--json").stdout)
+    assert len(kept) == 2 and taken["name"] not in [k["name"] for k in kept], kept
+    assert [k["verified"] for k in kept] == ["ok", "ok"]
+    assert kept[-1]["files"] == ["slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]  # the timer's: the head's own
+    # a byte changed in the newest dump: named, and the listing exits 1
+    newest = f"/var/backups/corectl/{kept[-1]['name']}/slurm_acct_db.sql.gz"
+    docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+    broken = corectl("backup", "--list", *args, check=False)
+    assert broken.returncode == 1, broken.stdout
+    rows = {row[0]: row[3] for row in table_rows(broken.stdout) if row[0].startswith("20")}
+    corrupt = "corrupt: slurm_acct_db.sql.gz does not match its checksum"
+    assert rows == {kept[0]["name"]: "ok", kept[-1]["name"]: corrupt}, broken.stdout
+
+
 def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path, container_image: str):
     packages = ["rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"]
     states = "dpkg-query -W -f='${db:Status-Status}\\n' " + " ".join(packages) + " 2>/dev/null; true"

@@ -132,6 +132,16 @@ VARIANTS = [
     ("interval_min: 60,", "interval_min: 0,", "health.validation.interval_min", "greater than or equal to 1"),
     ("dcgm_level: 2}", "dcgm_level: 4}", "health.validation.dcgm_level", "should be 1, 2 or 3"),
     ("max_nodes: 2,", "max_nodes: 2, qos: normal,", "health.validation.qos", "QOS 'normal' is a user QOS"),
+    # issue 34: backups of the head node
+    (
+        "{destination: /data/corectl-backups,",
+        "{destination: data/corectl-backups,",
+        "backup.destination",
+        "must be an absolute path without '..' (got 'data/corectl-backups')",
+    ),
+    ("{destination: /data/corectl-backups,", "{destination: /data/../etc,", "backup.destination", "without '..'"),
+    ("retention: 14,", "retention: 0,", "backup.retention", "greater than or equal to 1"),
+    ('schedule: "*-*-* 02:30:00"', 'schedule: "daily; rm -rf /"', "backup.schedule", "should match pattern"),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

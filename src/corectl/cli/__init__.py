@@ -10,7 +10,7 @@ from importlib import import_module
 from corectl.cli.app import app
 
 # each group registers its commands on import, in the order `corectl --help` lists them
-GROUPS = ("site", "runs", "nodes", "observe", "lab")
+GROUPS = ("site", "runs", "nodes", "head", "observe", "lab")
 for _group in GROUPS:
     import_module(f"corectl.cli.{_group}")
 

@@ -207,6 +207,9 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             # no round lands in another test's jobs), any idle node, two at once, short jobs
             "validation": {"interval_min": 1440, "idle_min": 0, "max_nodes": 2, "time_limit_min": 10},
         },
+        # backups of the head on its own disk, two kept; the timer's schedule is a day away (the e2e test starts
+        # its service itself)
+        "backup": {"destination": "/var/backups/corectl", "retention": 2, "schedule": "daily"},
         **(
             {
                 "control": {

@@ -140,6 +140,7 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_storage(config)
     problems += _check_control(config)
     problems += _check_health(config)
+    problems += _check_backup(config)
     return problems
 
 
@@ -159,6 +160,12 @@ def _check_health(config: ClusterConfig) -> list[Problem]:
             )
             problems.append(Problem(("health", "validation", "qos"), why))
     return problems
+
+
+def _check_backup(config: ClusterConfig) -> list[Problem]:
+    if config.backup is not None and not config.slurm.accounting:
+        return [Problem(("backup",), "needs slurm.accounting (a backup holds the accounting database)")]
+    return []
 
 
 def _check_control(config: ClusterConfig) -> list[Problem]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from corectl.site.fields import (
     AbsPath,
@@ -370,6 +370,29 @@ class Control(Strict):
     worker_dir: AbsPath = Field("/dev/shm", description="tmpfs directory for each job's private directory")
 
 
+# systemd's OnCalendar: "daily", "hourly", "*-*-* 02:30:00", "Mon..Fri 03:00" (checked again by systemd-analyze
+# nowhere: a value systemd refuses leaves the timer inactive, which `corectl backup --list` shows as no new backup)
+CalendarSpec = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9*:.,/~ -]{1,100}$")]
+
+
+class Backup(Strict):
+    """Backups of the head node (issue 34): the accounting database as one transaction and slurmctld's saved state,
+    taken on a timer on the database's host; `corectl backup` takes one now with what corectl keeps as well."""
+
+    destination: str = Field(
+        description="where backups are written on the head: an absolute path (shared storage, or a mounted disk)"
+    )
+    retention: Annotated[int, Field(ge=1, le=10000)] = Field(7, description="backups kept; older ones are removed")
+    schedule: CalendarSpec = Field("daily", description="when the timer takes one (systemd OnCalendar)")
+
+    @field_validator("destination")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\n" in value or "/../" in f"{value}/":
+            raise ValueError(f"must be an absolute path without '..' (got {value!r})")
+        return value.rstrip("/") or "/"
+
+
 class ClusterConfig(Strict):
     """The whole of inventories/<site>/cluster.yml."""
 
@@ -384,6 +407,7 @@ class ClusterConfig(Strict):
     monitoring: Monitoring = Field(default_factory=Monitoring)
     health: Health = Field(default_factory=Health)
     control: Control | None = None
+    backup: Backup | None = None
 
 
 class NodeBmc(BaseModel):

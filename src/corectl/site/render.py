@@ -264,6 +264,7 @@ def site_vars(cluster: Cluster) -> dict[str, Any]:
             "validation": config.health.validation.model_dump() if config.health.validation else None,
         },
     }
+    data["corectl_backup"] = config.backup.model_dump() if config.backup else None
     if config.fabric is not None:
         data["corectl_fabric"] = fabric_vars(config.fabric)
     if config.cephfs is not None:
