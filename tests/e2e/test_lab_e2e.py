@@ -814,8 +814,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     a damaged file is named and fails the listing."""
     args = ("--inventory", str(lab))
     marker = "e2e-backup-marker"
-    submit = ("sbatch", "--parsable", f"--job-name={marker}", "--wrap", "true")
-    job = docker_exec(HEAD, "runuser", "-u", "alice", "--", *submit).strip()
+    job = sbatch(f"--job-name={marker}", "--wrap", "true")
     sacct = ("sacct", "-j", job, "-X", "-n", "-o", "State")
     wait_for(lambda: docker_exec(HEAD, *sacct).split(), lambda states: states == ["COMPLETED"], 120)
     docker_exec(HEAD, "rm", "-rf", "/var/backups/corectl")  # this test's backups only
