@@ -817,12 +817,12 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     job = sbatch(f"--job-name={marker}", "--wrap", "true")
     sacct = ("sacct", "-j", job, "-X", "-n", "-o", "State")
     wait_for(lambda: docker_exec(HEAD, *sacct).split(), lambda states: states == ["COMPLETED"], 120)
-    docker_exec(HEAD, "rm", "-rf", "/var/backups/corectl")  # this test's backups only
+    docker_exec(HEAD, "rm", "-rf", "/shared/corectl-backups")  # this test's backups only
     [taken] = json.loads(corectl("backup", *args, "--json").stdout)
     assert (taken["host"], taken["verified"]) == ("e2e-head01", "ok"), taken
     assert taken["files"] == ["corectl-site.tar.gz", "slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]
-    path = f"/var/backups/corectl/{taken['name']}"
-    assert docker_exec(HEAD, "stat", "-c", "%a %U", "/var/backups/corectl").split() == ["700", "root"]
+    path = f"/shared/corectl-backups/{taken['name']}"
+    assert docker_exec(HEAD, "stat", "-c", "%a %U", "/shared/corectl-backups").split() == ["700", "root"]
     # the dump holds the job just run; the state archive slurmctld's job state; corectl's archive the site as
     # corectl keeps it, its secrets vault-encrypted and without the vault password
     assert int(docker_exec(HEAD, "zgrep", "-c", marker, f"{path}/slurm_acct_db.sql.gz")) >= 1
@@ -843,7 +843,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     assert [k["verified"] for k in kept] == ["ok", "ok"]
     assert kept[-1]["files"] == ["slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]  # the timer's: the head's own
     # a byte changed in the newest dump: named, and the listing exits 1
-    newest = f"/var/backups/corectl/{kept[-1]['name']}/slurm_acct_db.sql.gz"
+    newest = f"/shared/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
     docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
     broken = corectl("backup", "--list", *args, check=False)
     assert broken.returncode == 1, broken.stdout
@@ -2016,6 +2016,71 @@ def fanned_run_started(lab: Path, shard: str, proc: subprocess.Popen[str]) -> Pa
     wait_for(lambda: len(list(events.glob("*.json"))), lambda n: n > 20 or proc.poll() is not None, 300)
     assert proc.poll() is None, proc.communicate()
     return run_dir
+
+
+def done_jobs(*jobs: str) -> list[str]:
+    """`JobID|Account|QOS|State` of each ended job as the accounting database has it (sacct)."""
+    out = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,Account,QOS,State", "-j", ",".join(jobs))
+    return sorted(out.split())
+
+
+def vision_usage() -> int:
+    line = docker_exec(HEAD, "sshare", "--noheader", "--parsable2", "--accounts=vision", "--format=RawUsage")
+    return int(line.splitlines()[0])
+
+
+def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
+    """Issue 34: jobs run, a backup is taken (to CephFS), more jobs run; the head's machine goes with its disk. A
+    blank one with its name and address is bootstrapped and provisioned: slurmctld stays stopped (no saved state on
+    a site that has run before) and the provision says so. `corectl restore` then brings every job up to the backup
+    back with its id, account and QOS, and the fair-share usage as it was; jobs run again; a provision after it
+    changes nothing; a corrupted backup is refused with one line."""
+    args = ("--inventory", str(lab))
+    run = ("--account=vision", "--gres=gpu:2", "--wrap", "sleep 3")
+    kept = [sbatch("--wait", "--qos=high", *run), sbatch("--wait", *run)]  # --wait: sbatch returns when it ended
+    wait_for(lambda: done_jobs(*kept), lambda rows: len(rows) == 2 and all("|COMPLETED" in r for r in rows), 60)
+    # slurmctld keeps fair-share usage in its state files (not in the database), saved every 5 minutes and when it
+    # stops: a restart puts the usage of the jobs above in them now
+    docker_exec(HEAD, "systemctl", "restart", "slurmctld")
+    wait_for(lambda: docker_exec(HEAD, "scontrol", "ping", check=False), lambda said: "is UP" in said, 60)
+    before = {"jobs": done_jobs(*kept), "usage": vision_usage()}
+    assert before["jobs"] == [f"{kept[0]}|vision|high|COMPLETED", f"{kept[1]}|vision|normal|COMPLETED"]
+    [backup] = json.loads(corectl("backup", *args, "--json").stdout)
+    lost = sbatch("--wait", "--account=vision", "--gres=gpu:4", "--wrap", "sleep 10")  # after the backup: not in it
+    wait_for(lambda: done_jobs(lost), lambda rows: rows == [f"{lost}|vision|normal|COMPLETED"], 60)
+    assert wait_for(vision_usage, lambda now: now > before["usage"] * 1.05, 60) > before["usage"]
+
+    # the head's machine and disk are gone; a blank one takes its name and address
+    corectl("lab", "replace", "e2e-head01", *args)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / "e2e-head01.password").read_text().strip())
+        corectl("bootstrap", *args, "e2e-head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
+    held = corectl("provision", *args, "--limit", "e2e-head01", check=False)
+    assert held.returncode == 1, held.stdout
+    assert "slurmctld is kept stopped: its state directory holds no saved state" in held.stdout + held.stderr
+    assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld", check=False).strip() == "inactive"
+    assert docker_exec(HEAD, "systemctl", "is-enabled", "slurmctld", check=False).strip() == "disabled"
+
+    restored = corectl("restore", *args).stdout
+    assert f"restored backup {backup['name']} (taken " in restored, restored
+    assert done_jobs(*kept, lost) == before["jobs"]  # the jobs up to the backup, as they were; not the later one
+    usage = vision_usage()  # fair-share usage decays (half-life of days): within 1 % of the backup's
+    assert abs(usage - before["usage"]) <= before["usage"] / 100, (usage, before["usage"])
+    again = sbatch("--wait", *run)
+    wait_for(lambda: done_jobs(again), lambda rows: rows == [f"{again}|vision|normal|COMPLETED"], 60)
+    corectl("provision", *args)
+    assert set(last_run_changes(lab).values()) == {0}, last_run_changes(lab)
+
+    # a backup that does not verify is refused, with one line, and nothing is stopped
+    newest = f"/shared/corectl-backups/{backup['name']}/slurmctld-state.tar.gz"
+    docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+    refused = corectl("restore", *args, "--backup", backup["name"], check=False)
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: backup {backup['name']} does not verify (corrupt: slurmctld-state.tar.gz does not match its "
+        "checksum): nothing restored"
+    )
+    assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld").strip() == "active"
 
 
 def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):

@@ -157,3 +157,111 @@ def test_the_program_loads_as_a_module():
     loader.exec_module(module)
     assert "corectl" not in {name.split(".")[0] for name in sys.modules if name.startswith("corectl_backup")}
     assert module.FORMAT == 1
+
+
+FAKE_MYSQL = """#!/usr/bin/env python3
+import os, sys
+log = os.environ["FAKE_MYSQL_LOG"]
+args = sys.argv[1:]
+if "-e" in args:
+    sql = args[args.index("-e") + 1]
+    with open(log, "a") as out:
+        out.write(sql + "\\n")
+    if sql.startswith("SHOW DATABASES"):
+        print("slurm_acct_db" if os.environ.get("FAKE_DB") else "")
+    elif sql.startswith("SHOW TABLES"):
+        print("lab_job_table")
+    elif sql.startswith("SELECT"):
+        print(os.environ.get("FAKE_LATEST", "0"))
+else:
+    with open(log + ".stdin", "wb") as out:
+        out.write(sys.stdin.buffer.read())
+"""
+
+
+@pytest.fixture
+def restorable(head: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A head with one backup, a mysql answering from the environment, and slurmctld and slurmdbd stopped."""
+    (head / "bin" / "mysql").write_text(FAKE_MYSQL)
+    (head / "bin" / "mysql").chmod(0o755)
+    (head / "bin" / "systemctl").write_text(f'#!/bin/sh\ngrep -qx "$3" {head}/active 2>/dev/null\n')
+    (head / "bin" / "systemctl").chmod(0o755)
+    monkeypatch.setenv("FAKE_MYSQL_LOG", str(head / "mysql.log"))
+    [row] = json.loads(program(head, "take", "--json").stdout)
+    # after the backup: slurmctld's state moves on, and the database gets a job (on a real head)
+    (head / "slurmctld" / "job_state").write_bytes(b"newer state")
+    return head, row["name"]
+
+
+def test_a_restore_loads_the_dump_and_puts_the_saved_state_back(restorable: tuple[Path, str]):
+    head, name = restorable
+    done = program(head, "restore", name)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["backup"] == name and result["state"] == str(head / "slurmctld")
+    log = (head / "mysql.log").read_text().splitlines()
+    assert log[-1] == "DROP DATABASE IF EXISTS `slurm_acct_db`"
+    assert (head / "mysql.log.stdin").read_text() == DUMP  # the dump, unzipped, into mysql
+    assert (head / "slurmctld" / "job_state").read_bytes() == b"\x00\x01job state"  # as it was at the backup
+    aside = head / f"slurmctld.before-restore-{name}"
+    assert result["kept_aside"] == str(aside) and (aside / "job_state").read_bytes() == b"newer state"
+
+
+def test_a_restore_refuses_a_backup_that_does_not_verify_and_changes_nothing(restorable: tuple[Path, str]):
+    head, name = restorable
+    (head / "backups" / name / "slurmctld-state.tar.gz").write_bytes(b"not what was archived")
+    refused = program(head, "restore", name)
+    assert (refused.returncode, refused.stderr.strip()) == (
+        3,
+        f"corectl-backup: backup {name} does not verify (corrupt: slurmctld-state.tar.gz does not match its "
+        "checksum): nothing restored",
+    )
+    assert (head / "slurmctld" / "job_state").read_bytes() == b"newer state"
+    assert not (head / "mysql.log").exists()
+
+
+def test_a_restore_over_newer_jobs_needs_force(restorable: tuple[Path, str], monkeypatch: pytest.MonkeyPatch):
+    head, name = restorable
+    monkeypatch.setenv("FAKE_DB", "1")
+    monkeypatch.setenv("FAKE_LATEST", str(2**31))  # a job submitted in 2038
+    refused = program(head, "restore", name, "--check")
+    assert refused.returncode == 3
+    assert refused.stderr.strip() == (
+        f"corectl-backup: the accounting database holds jobs submitted after backup {name} (in lab_job_table, the "
+        "newest at 2038-01-19T03:14:08+00:00): a restore would lose them; --force to restore anyway"
+    )
+    assert "DROP" not in (head / "mysql.log").read_text()
+    assert program(head, "restore", name, "--check", "--force").returncode == 0
+    monkeypatch.setenv("FAKE_LATEST", "1000")  # jobs older than the backup: nothing to lose
+    assert program(head, "restore", name, "--check").returncode == 0
+
+
+def test_a_restore_waits_for_slurmctld_to_be_stopped(restorable: tuple[Path, str]):
+    head, name = restorable
+    (head / "active").write_text("slurmctld\n")
+    refused = program(head, "restore", name)
+    assert (refused.returncode, refused.stderr.strip()) == (3, "corectl-backup: slurmctld running: stop it first")
+    assert (head / "slurmctld" / "job_state").read_bytes() == b"newer state"
+
+
+def test_a_state_archive_reaching_outside_its_directory_is_not_unpacked(restorable: tuple[Path, str]):
+    head, name = restorable
+    backup = head / "backups" / name
+    evil = head / "evil.tar.gz"
+    (head / "payload").write_text("x")
+    with tarfile.open(evil, "w:gz") as tar:
+        tar.add(head / "payload", arcname="slurmctld/../../payload")
+    evil.replace(backup / "slurmctld-state.tar.gz")
+    manifest = json.loads((backup / "MANIFEST.json").read_text())
+    import hashlib
+
+    data = (backup / "slurmctld-state.tar.gz").read_bytes()
+    manifest["files"]["slurmctld-state.tar.gz"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (backup / "MANIFEST.json").write_text(json.dumps(manifest))
+    refused = program(head, "restore", name)
+    assert (refused.returncode, refused.stderr.strip()) == (
+        3,
+        "corectl-backup: slurmctld-state.tar.gz holds more than slurmctld/: nothing restored",
+    )
+    assert (head / "slurmctld" / "job_state").read_bytes() == b"newer state" and not (head.parent / "payload").exists()
+    assert not (head / "mysql.log").exists()

@@ -216,3 +216,29 @@ def test_a_runs_task_count_is_recorded_and_becomes_the_next_runs_expected_total(
     assert expected_from_history(site, "provision", "site.yml") == (224, 600.0)
     assert expected_from_history(site, "provision", "site.yml", tags="slurm") == (12, 30.0)
     assert expected_from_history(site, "provision", "site.yml", check=True) is None
+
+
+def test_a_run_of_site_yml_says_whether_the_site_has_run_before(tmp_path: Path, root: Path):
+    """Role slurm keeps slurmctld stopped on an empty state directory once a provision of the site succeeded
+    (a replaced head): corectl passes corectl_site_has_run to every run of site.yml, from its run records."""
+    from corectl.ansible.runner import selection
+
+    site = Site(root=root, directory=tmp_path / "site")
+    provision = RunRequest(site=site, playbook="site.yml", command="provision")
+    assert selection(provision, {})["extravars"] == {"corectl_site_has_run": False}
+    for ident, playbook, status, check in [
+        ("a", "site.yml", "failed", False),
+        ("b", "site.yml", "successful", True),  # a plan changes nothing: it is not a run of the site
+        ("c", "health.yml", "successful", False),
+    ]:
+        (site.runs_dir / ident).mkdir(parents=True)
+        kept = {"command": "x", "playbook": playbook, "status": status, "check": check, "started": ident}
+        (site.runs_dir / ident / "corectl.json").write_text(json.dumps(kept))
+    assert selection(provision, {})["extravars"] == {"corectl_site_has_run": False}
+    (site.runs_dir / "d").mkdir()
+    done = {"command": "provision", "playbook": "site.yml", "status": "successful", "check": False, "started": "d"}
+    (site.runs_dir / "d" / "corectl.json").write_text(json.dumps(done))
+    assert selection(provision, {"x": 1})["extravars"] == {"x": 1, "corectl_site_has_run": True}
+    # other playbooks are not told
+    health = RunRequest(site=site, playbook="health.yml", command="health")
+    assert "extravars" not in selection(health, {})

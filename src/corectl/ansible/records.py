@@ -1,6 +1,7 @@
 """Run records: what each run leaves in the site's .runs/<id>/corectl.json (written by
-corectl.ansible.runner), read back for `corectl runs` and for the expected length of the next
-like run (LiveProgress)."""
+corectl.ansible.runner), read back for `corectl runs`, for the expected length of the next
+like run (LiveProgress), and for whether the site has run before (a replaced head's slurmctld waits for its
+saved state)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,11 @@ def expected_from_history(
         if same == (command, playbook, tags, check) and record.get("status") == "successful" and record.get("tasks"):
             return int(record["tasks"]), float(record.get("elapsed_s") or 0.0)
     return None
+
+
+def site_has_run(site: Site) -> bool:
+    """Whether a run of site.yml (provision, add-node) on this site ever succeeded."""
+    return any(
+        r.get("playbook") == "site.yml" and r.get("status") == "successful" and not r.get("check")
+        for r in load_runs(site)
+    )

@@ -264,8 +264,14 @@ def runner_kwargs(
 
 
 def selection(request: RunRequest, extravars: dict[str, Any]) -> dict[str, Any]:
-    """ansible-runner's limit, tags and extra vars of a run, each only when given."""
-    chosen: dict[str, Any] = {"limit": request.limit, "tags": request.tags, "extravars": dict(extravars)}
+    """ansible-runner's limit, tags and extra vars of a run, each only when given. A run of site.yml also says
+    whether the site has run before (role slurm keeps slurmctld stopped on an empty state directory then)."""
+    extravars = dict(extravars)
+    if request.playbook == "site.yml":
+        from corectl.ansible.records import site_has_run  # records -> progress -> this module: import at use
+
+        extravars.setdefault("corectl_site_has_run", site_has_run(request.site))
+    chosen: dict[str, Any] = {"limit": request.limit, "tags": request.tags, "extravars": extravars}
     return {key: value for key, value in chosen.items() if value}
 
 

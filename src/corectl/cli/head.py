@@ -1,4 +1,4 @@
-"""Commands on the head node: backup."""
+"""Commands on the head node: backup, restore."""
 
 from __future__ import annotations
 
@@ -40,3 +40,28 @@ def backup(
         out.print(table(backups))
     if any(k.verified != "ok" for k in backups.kept):
         raise typer.Exit(1)
+
+
+@app.command()
+def restore(
+    inventory: InventoryOpt = None,
+    backup: Annotated[
+        str | None, typer.Option("--backup", help="the backup's name (corectl backup --list); default: the newest")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="restore even over jobs the database holds that are newer than the backup")
+    ] = False,
+    wait: WaitOpt = 0,
+) -> None:
+    """Bring a replacement head (same name and address, provisioned) back to a backup: the accounting database
+    and slurmctld's saved state, with slurmctld and slurmdbd stopped meanwhile. Refuses a backup that does not
+    verify, and a database holding newer jobs unless --force."""
+    from corectl.commands.restore import restore as run_restore
+
+    site = policy.site(inventory)
+    with policy.changing(site, wait):
+        done = run_restore(site, out, backup, force)
+    out.print(f"restored backup {done.backup} (taken {done.created}) on {done.head}: the accounting database"
+              + (f" and slurmctld's saved state ({done.state})" if done.state else ""), markup=False)  # fmt: skip
+    if done.kept_aside:
+        out.print(f"the state found there is kept in {done.kept_aside}", markup=False)

@@ -59,6 +59,27 @@ def lab_image() -> None:
     out.print(ensure_image())
 
 
+@lab_app.command("replace")
+def lab_replace(
+    node: Annotated[str, typer.Argument(help="a node of the lab, e.g. e2e-head01")],
+    inventory: LabInventoryOpt = "lab",
+    wait: WaitOpt = 0,
+) -> None:
+    """Replace a lab node's machine by a blank one (same name and address; its disk, corectl's key and its host
+    key gone; admin user dgxadmin, password in .lab/): a head whose disk died, for corectl restore."""
+    from corectl.commands.lab import replace_node
+
+    site = policy.site(inventory)
+    with policy.changing(site, wait):
+        new = replace_node(site, node)
+    out.print(f"{new.name:8} {new.address:15} ssh 127.0.0.1:{new.ssh_port} (blank)")
+    out.print(
+        f"next: corectl bootstrap {new.name} --inventory {inventory} --user dgxadmin --password-env VAR",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @lab_app.command("add")
 def lab_add(
     inventory: LabInventoryOpt = "lab",

@@ -1,14 +1,16 @@
-"""lab up, down, add, image, repo: the stand-in cluster on this machine (corectl.lab)."""
+"""lab up, down, add, replace, image, repo: the stand-in cluster on this machine (corectl.lab)."""
 
 from __future__ import annotations
 
 from corectl import secrets
 from corectl.lab import ceph, repo
 from corectl.lab.image import ensure_image
-from corectl.lab.nodes import LabNode, LabSpec, add, down, up
+from corectl.lab.nodes import LabNode, LabSpec, add, down, replace_node, up
 from corectl.site.inventory import render_site
 
-__all__ = ["LabSpec", "add", "down", "ensure_image", "lab_up", "repo_serve", "repo_stop", "up_lines"]
+__all__ = [
+    "LabSpec", "add", "down", "ensure_image", "lab_up", "replace_node", "repo_serve", "repo_stop", "up_lines",
+]  # fmt: skip
 
 
 def lab_up(spec: LabSpec) -> tuple[list[LabNode], str | None]:

@@ -207,9 +207,9 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             # no round lands in another test's jobs), any idle node, two at once, short jobs
             "validation": {"interval_min": 1440, "idle_min": 0, "max_nodes": 2, "time_limit_min": 10},
         },
-        # backups of the head on its own disk, two kept; the timer's schedule is a day away (the e2e test starts
-        # its service itself)
-        "backup": {"destination": "/var/backups/corectl", "retention": 2, "schedule": "daily"},
+        # backups of the head on CephFS (its own disk may die), two kept; the timer's schedule is a day away (the
+        # e2e test starts its service itself)
+        "backup": {"destination": "/shared/corectl-backups", "retention": 2, "schedule": "daily"},
         **(
             {
                 "control": {
@@ -557,19 +557,44 @@ def add(site: Site, bare: bool = False) -> LabNode:
     spec = replace(load_spec(site), computes=load_spec(site).computes + 1)
     node = spec.nodes()[-1]
     if bare:
-        container = spec.container(node.name)
-        start_container(spec, node.name, node.address, ensure_image(), node.ssh_port)
-        wait_booted(container)
-        _ensure_gpu_devices(container)
-        password = secrets.token_urlsafe(18)
-        docker("exec", container, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", BARE_ADMIN)
-        docker("exec", "-i", container, "chpasswd", input_bytes=f"{BARE_ADMIN}:{password}\n".encode())
-        secret = site.lab_dir / f"{node.name}.password"
-        atomic_write(secret, (password + "\n").encode(), 0o600)
+        _start_bare(spec, node)
     else:
         _start_nodes(spec, [node], ensure_image(), ensure_key(site))
     _start_bmcs(spec, [node])
     _save_spec(spec)
+    return node
+
+
+def _start_bare(spec: LabSpec, node: LabNode) -> None:
+    """A stand-in like a freshly installed machine: no corectl key, an admin user with a password in .lab/."""
+    container = spec.container(node.name)
+    start_container(spec, node.name, node.address, ensure_image(), node.ssh_port)
+    wait_booted(container)
+    if not node.head:
+        _ensure_gpu_devices(container)
+    password = secrets.token_urlsafe(18)
+    docker("exec", container, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", BARE_ADMIN)
+    docker("exec", "-i", container, "chpasswd", input_bytes=f"{BARE_ADMIN}:{password}\n".encode())
+    atomic_write(spec.site.lab_dir / f"{node.name}.password", (password + "\n").encode(), 0o600)
+
+
+def replace_node(site: Site, name: str) -> LabNode:
+    """A declared node's machine replaced by a blank one with its name and address (a head whose disk died): the
+    old container goes with its disk, the new one is bare (see add), and its old host key is forgotten (what an
+    operator does with ssh-keygen -R before bootstrapping the new machine)."""
+    ensure_engine()
+    spec = load_spec(site)
+    node = next((n for n in spec.nodes() if n.name == name), None)
+    if node is None:
+        raise CorectlError(f"{name} is not a node of lab {site.name} ({', '.join(n.name for n in spec.nodes())})")
+    container = spec.container(name)
+    if container_state(container) is not None:
+        docker("rm", "--force", "--volumes", container)
+    (spec.site.lab_dir / "etc-hosts" / name).unlink(missing_ok=True)  # the old disk's /etc/hosts
+    _start_bare(spec, node)
+    endpoint = f"[127.0.0.1]:{node.ssh_port} "
+    kept = [line for line in site.known_hosts.read_text().splitlines() if not line.startswith(endpoint)]
+    atomic_write(site.known_hosts, ("\n".join(kept) + "\n").encode(), 0o600)
     return node
 
 

@@ -1,0 +1,70 @@
+"""restore: a replacement head (same name and address, provisioned) back to a backup of role backup. The head's
+corectl-backup (playbooks/restore.yml) refuses a backup that does not verify and a database holding jobs newer
+than the backup (unless forced), and loads the database and slurmctld's saved state with both daemons stopped;
+corectl's provision keeps slurmctld stopped on an empty state directory until then."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from rich.console import Console
+
+from corectl import ansible
+from corectl.ansible import RunRequest
+from corectl.ansible.progress import LiveProgress, TaskResults
+from corectl.errors import CorectlError
+from corectl.site import Site
+from corectl.site.inventory import render_site
+
+CHECK_TASK = "Check that the backup can be restored"  # playbooks/restore.yml
+RESULT_TASK = "Restore the database and slurmctld's saved state"
+REFUSED = 3  # corectl-backup's exit code for a restore it refused, nothing changed
+
+
+@dataclass(frozen=True)
+class Restored:
+    head: str
+    backup: str
+    created: str
+    state: str  # slurmctld's state directory, or "" when the backup held none
+    kept_aside: str  # where the state found there was moved, or ""
+
+
+def restore(site: Site, console: Console, backup: str | None, force: bool) -> Restored:
+    cluster, _ = render_site(site, check_only=False)
+    if cluster.config.backup is None:
+        raise CorectlError(f"{site.cluster_file}: backup is not set (there is nothing to restore from)", exit_code=2)
+    head = cluster.with_role("slurm_dbd")[0].name
+    controllers = [n.name for n in cluster.with_role("slurm_controller")]
+    if controllers != [head]:
+        raise CorectlError(f"restore expects slurmctld and slurmdbd on one head; cluster.yml has {controllers} "
+                           f"and {head}")  # fmt: skip
+    request = RunRequest(
+        site=site,
+        playbook="restore.yml",
+        command="restore" + (f" --backup {backup}" if backup else "") + (" --force" if force else ""),
+        limit=head,
+        extravars={"corectl_restore_backup": backup or "latest", "corectl_restore_force": force},
+        secrets=False,
+        fan_out=False,
+    )
+    with LiveProgress(console, f"restore {site.name}") as progress:
+        restored = TaskResults(RESULT_TASK, progress)
+        checked = TaskResults(CHECK_TASK, restored)
+        run = ansible.run(request, checked, cluster=cluster)
+    said = checked.by_host.get(head) or {}
+    if said.get("rc") == REFUSED:
+        raise CorectlError(str(said.get("stderr", "")).strip().removeprefix("corectl-backup: "))
+    res = restored.by_host.get(head) or {}
+    if res.get("rc") != 0 or not run.ok:
+        why = (
+            checked.unreachable.get(head)
+            or res.get("stderr")
+            or said.get("stderr")
+            or res.get("msg")
+            or said.get("msg")
+        )
+        raise CorectlError(f"restore on {head} failed: {str(why or 'see corectl runs --show last').strip()}")
+    done = json.loads(res.get("stdout") or "{}")
+    return Restored(head, done["backup"], done["created"], done.get("state", ""), done.get("kept_aside", ""))
