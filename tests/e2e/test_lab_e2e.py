@@ -842,6 +842,13 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     assert len(kept) == 2 and taken["name"] not in [k["name"] for k in kept], kept
     assert [k["verified"] for k in kept] == ["ok", "ok"]
     assert kept[-1]["files"] == ["slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]  # the timer's: the head's own
+    # each outcome reaches Prometheus through node_exporter's textfile collector (role monitoring's alerts)
+    query = "/api/v1/query?query=corectl_backup_kept"
+
+    def kept_series() -> list:
+        return [(r["metric"]["node"], r["value"][1]) for r in prometheus(HEAD, query)["data"]["result"]]
+
+    assert wait_for(kept_series, lambda series: series == [("e2e-head01", "2")], 90) == [("e2e-head01", "2")]
     # a byte changed in the newest dump: named, and the listing exits 1
     newest = f"/shared/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
     docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")

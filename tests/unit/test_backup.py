@@ -265,3 +265,33 @@ def test_a_state_archive_reaching_outside_its_directory_is_not_unpacked(restorab
     )
     assert (head / "slurmctld" / "job_state").read_bytes() == b"newer state" and not (head.parent / "payload").exists()
     assert not (head / "mysql.log").exists()
+
+
+def test_each_attempt_leaves_its_outcome_for_the_textfile_collector(head: Path):
+    """Role monitoring's HeadBackupFailed and HeadBackupTooOld read these; a failure keeps the last success's time."""
+    settings = json.loads((head / "backup.json").read_text())
+    (head / "textfile").mkdir()
+    (head / "backup.json").write_text(json.dumps({**settings, "metrics_dir": str(head / "textfile")}))
+    [row] = json.loads(program(head, "take", "--json").stdout)
+
+    def metrics() -> dict[str, float]:
+        text = (head / "textfile" / "corectl_backup.prom").read_text()
+        assert "# TYPE corectl_backup_last_attempt_ok gauge" in text
+        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if not line.startswith("#")}
+
+    good = metrics()
+    assert good["corectl_backup_last_attempt_ok"] == 1 and good["corectl_backup_kept"] == 1
+    assert good["corectl_backup_last_size_bytes"] == row["size"]
+    assert (
+        good["corectl_backup_last_success_timestamp_seconds"] == good["corectl_backup_last_attempt_timestamp_seconds"]
+    )
+    (head / "bin" / "mysqldump").write_text("#!/bin/sh\nexit 2\n")
+    assert program(head, "take").returncode == 1
+    bad = metrics()
+    assert bad["corectl_backup_last_attempt_ok"] == 0
+    assert bad["corectl_backup_last_success_timestamp_seconds"] == good["corectl_backup_last_success_timestamp_seconds"]
+    assert bad["corectl_backup_kept"] == 1
+    # no textfile directory on this host: nothing written, the backup taken all the same
+    (head / "bin" / "mysqldump").write_text(f"#!/bin/sh\nprintf '%s' '{DUMP}'\n")
+    (head / "backup.json").write_text(json.dumps({**settings, "metrics_dir": str(head / "nowhere")}))
+    assert program(head, "take").returncode == 0 and not (head / "nowhere").exists()

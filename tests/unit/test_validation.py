@@ -141,6 +141,7 @@ VARIANTS = [
     ),
     ("{destination: /data/corectl-backups,", "{destination: /data/../etc,", "backup.destination", "without '..'"),
     ("retention: 14,", "retention: 0,", "backup.retention", "greater than or equal to 1"),
+    ("retention: 14,", "retention: 14, alert_after_h: 0,", "backup.alert_after_h", "greater than or equal to 1"),
     ('schedule: "*-*-* 02:30:00"', 'schedule: "daily; rm -rf /"', "backup.schedule", "should match pattern"),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),

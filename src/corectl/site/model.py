@@ -384,6 +384,9 @@ class Backup(Strict):
     )
     retention: Annotated[int, Field(ge=1, le=10000)] = Field(7, description="backups kept; older ones are removed")
     schedule: CalendarSpec = Field("daily", description="when the timer takes one (systemd OnCalendar)")
+    alert_after_h: Annotated[int, Field(ge=1, le=8760)] = Field(
+        36, description="HeadBackupTooOld fires when the last good backup is older than this (hours)"
+    )
 
     @field_validator("destination")
     @classmethod
