@@ -29,7 +29,7 @@ DRIVER = STANDIN_DRIVER
 # gpu-count and not as the NVLink or fabric errors that follow from it (docs/roles.md); corectl's
 # list leads with its own two (reachable, checker), held against the checker's manifest in
 # tests/unit/test_health_manifest.py
-CHECK_ORDER = [name for name in REPORT_ORDER[2:] if name not in ("nccl", "nccl-pair")]  # run only when named
+CHECK_ORDER = [name for name in REPORT_ORDER[2:] if name not in ("nccl", "nccl-pair", "ib-pair")]  # only when named
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 # systemctl is-active UNIT...: the state of each unit is the content of $HEALTH_UNITS/<unit> (default inactive)

@@ -173,7 +173,7 @@ RESOLVED = [
 ]
 SITE_KEYS = [
     "corectl_cluster", "corectl_slurm", "corectl_groups", "corectl_users", "corectl_monitoring", "corectl_health",
-    "corectl_fabric", "corectl_cephfs",
+    "corectl_backup", "corectl_logs", "corectl_fabric", "corectl_cephfs",
 ]  # fmt: skip
 
 
@@ -187,7 +187,7 @@ def test_a_site_without_fabric_or_cephfs_resolves_to_empty_lists(tmp_path: Path,
     (prod_copy / "cluster.yml").write_text(yaml.safe_dump(config))
     rendered = runner.invoke(app, ["render", "--inventory", str(prod_copy)])
     assert rendered.exit_code == 0, rendered.output
-    assert sorted(json.loads((prod_copy / "site.json").read_text())) == sorted(SITE_KEYS[:6])
+    assert sorted(json.loads((prod_copy / "site.json").read_text())) == sorted(SITE_KEYS[:8])
     expressions = ["slurm_switches", "cephfs_mounts", "node_health_mounts"]
     assert resolved_on_dgx05(root, prod_copy, tmp_path, expressions) == [[], [], []]
 

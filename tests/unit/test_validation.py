@@ -143,6 +143,8 @@ VARIANTS = [
     ("retention: 14,", "retention: 0,", "backup.retention", "greater than or equal to 1"),
     ("retention: 14,", "retention: 14, alert_after_h: 0,", "backup.alert_after_h", "greater than or equal to 1"),
     ('schedule: "*-*-* 02:30:00"', 'schedule: "daily; rm -rf /"', "backup.schedule", "should match pattern"),
+    ("logs: {host: head01,", "logs: {host: head09,", "logs.host", "'head09' is not a node of this cluster"),
+    ("keep_days: 30, max_mb: 2048}", "keep_days: 0, max_mb: 2048}", "logs.keep_days", "greater than or equal to 1"),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

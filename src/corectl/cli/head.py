@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from corectl.cli import policy
+from corectl.cli import options, policy
 from corectl.cli.app import app, err, out
 from corectl.cli.options import InventoryOpt, JsonOpt, WaitOpt
 
@@ -49,7 +49,7 @@ def restore(
         str | None, typer.Option("--backup", help="the backup's name (corectl backup --list); default: the newest")
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="restore even over jobs the database holds that are newer than the backup")
+        bool, options.force("restore even over jobs the database holds that are newer than the backup")
     ] = False,
     wait: WaitOpt = 0,
 ) -> None:

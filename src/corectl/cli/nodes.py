@@ -138,9 +138,7 @@ def power(
     action: Annotated[str, typer.Argument(metavar="ACTION", help="status, on, off (hard), soft (ACPI) or cycle")],
     nodes: Annotated[str, typer.Argument(metavar="NODES", help="node(s) with a bmc in cluster.yml, e.g. dgx[01-04]")],
     inventory: InventoryOpt = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="off/soft/cycle even a node with running jobs or a non-compute node")
-    ] = False,
+    force: Annotated[bool, options.force("off/soft/cycle even a node with running jobs or a non-compute node")] = False,
     timeout: Annotated[int, seconds("seconds to wait for the new power state", minimum=1)] = 120,
     wait: WaitOpt = 0,
 ) -> None:

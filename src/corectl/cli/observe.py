@@ -1,4 +1,4 @@
-"""Commands that show the cluster's state: health, status, history, rma, report."""
+"""Commands that show the cluster's state: health, status, history, rma, report, logs."""
 
 from __future__ import annotations
 
@@ -101,3 +101,19 @@ def report(
         print(json.dumps(report_json(site, figures, judged), indent=2))
     else:
         out.print(report_view(site, figures, judged))
+
+
+@app.command("logs")
+def node_logs(
+    node: Annotated[str, typer.Argument(help="a node of the site, e.g. dgx07 (up or down)")],
+    inventory: InventoryOpt = None,
+    since: Annotated[str | None, typer.Option("--since", help="only the last 30m, 2h, 7d, ...")] = None,
+    grep: Annotated[str | None, typer.Option("--grep", help="only lines matching this regular expression")] = None,
+    lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="the newest this many (0: all)")] = 200,
+) -> None:
+    """Print a node's logs (its journal, kernel log included) as the log host keeps them: works for a node that
+    is down or was power-cycled."""
+    from corectl.commands.logs import logs as read_logs
+
+    for line in read_logs(policy.site(inventory), out, node, since, grep, lines):
+        print(line)

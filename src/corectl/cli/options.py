@@ -72,3 +72,8 @@ def address(help: str) -> Any:
 def days(help: str) -> Any:
     """``--days N``: a period of N days up to now; what it bounds is the command's."""
     return typer.Option("--days", min=1, metavar="N", help=help)
+
+
+def force(help: str) -> Any:
+    """``--force``: go ahead past a refusal that protects something; what it overrides is the command's."""
+    return typer.Option("--force", help=help)

@@ -141,6 +141,7 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_control(config)
     problems += _check_health(config)
     problems += _check_backup(config)
+    problems += _check_logs(config, {n.name for n in nodes})
     return problems
 
 
@@ -160,6 +161,12 @@ def _check_health(config: ClusterConfig) -> list[Problem]:
             )
             problems.append(Problem(("health", "validation", "qos"), why))
     return problems
+
+
+def _check_logs(config: ClusterConfig, names: set[str]) -> list[Problem]:
+    if config.logs is not None and config.logs.host is not None and config.logs.host not in names:
+        return [Problem(("logs", "host"), f"'{config.logs.host}' is not a node of this cluster")]
+    return []
 
 
 def _check_backup(config: ClusterConfig) -> list[Problem]:

@@ -396,6 +396,17 @@ class Backup(Strict):
         return value.rstrip("/") or "/"
 
 
+class Logs(Strict):
+    """Logs in one place (issue 29): every node forwards its journal over TCP to the log host, which keeps one file
+    per node with rotation; `corectl logs NODE` reads them there, up or down."""
+
+    host: Identifier | None = Field(None, description="the log host (a declared node); default: the Slurm controller")
+    keep_days: Annotated[int, Field(ge=1, le=3650)] = Field(30, description="days of each node's logs kept")
+    max_mb: Annotated[int, Field(ge=1, le=1000000)] = Field(
+        1024, description="a node's file is rotated at this size (MiB) within the day"
+    )
+
+
 class ClusterConfig(Strict):
     """The whole of inventories/<site>/cluster.yml."""
 
@@ -411,6 +422,7 @@ class ClusterConfig(Strict):
     health: Health = Field(default_factory=Health)
     control: Control | None = None
     backup: Backup | None = None
+    logs: Logs | None = None
 
 
 class NodeBmc(BaseModel):

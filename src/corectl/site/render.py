@@ -265,11 +265,21 @@ def site_vars(cluster: Cluster) -> dict[str, Any]:
         },
     }
     data["corectl_backup"] = config.backup.model_dump() if config.backup else None
+    data["corectl_logs"] = logs_vars(cluster)
     if config.fabric is not None:
         data["corectl_fabric"] = fabric_vars(config.fabric)
     if config.cephfs is not None:
         data["corectl_cephfs"] = config.cephfs.model_dump()
     return data
+
+
+def logs_vars(cluster: Cluster) -> dict[str, Any] | None:
+    """cluster.yml's logs with its host resolved (the Slurm controller unless named); None: off."""
+    logs = cluster.config.logs
+    if logs is None:
+        return None
+    host = logs.host or cluster.with_role("slurm_controller")[0].name
+    return {**logs.model_dump(), "host": host, "address": next(n.address for n in cluster.nodes if n.name == host)}
 
 
 def cluster_vars(cluster: Cluster) -> dict[str, Any]:
