@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -857,6 +858,33 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     rows = {row[0]: row[3] for row in table_rows(broken.stdout) if row[0].startswith("20")}
     corrupt = "corrupt: slurm_acct_db.sql.gz does not match its checksum"
     assert rows == {kept[0]["name"]: "ok", kept[-1]["name"]: corrupt}, broken.stdout
+
+
+def test_every_nodes_logs_reach_the_head_and_are_read_there_while_the_node_is_down(lab: Path):
+    """Issue 29: each node's rsyslog forwards its journal to the head over TCP; `corectl logs NODE` reads the
+    head's copy (named from the sender's address), also while the node is stopped."""
+    args = ("--inventory", str(lab))
+    marker = f"e2e-logs-{uuid.uuid4().hex[:8]}"
+    for container, node in ((DGX1, "e2e-dgx01"), (DGX2, "e2e-dgx02")):
+        docker_exec(container, "logger", "-t", "e2e", f"{marker} from {node}")
+    read = ("logs", "e2e-dgx02", *args, "--grep", marker)
+
+    def dgx02_lines() -> list[str]:
+        return corectl(*read, check=False).stdout.splitlines()
+
+    seen = wait_for(dgx02_lines, lambda lines: len(lines) == 1, 90)
+    assert seen[0].endswith(f" e2e: {marker} from e2e-dgx02"), seen
+    subprocess.run(["docker", "stop", DGX2], capture_output=True, check=True)
+    try:
+        down = corectl(*read).stdout.splitlines()  # the node is down: its lines are on the head
+        assert down == seen
+        since = corectl("logs", "e2e-dgx01", *args, "--grep", marker, "--since", "10m").stdout.splitlines()
+        assert len(since) == 1 and since[0].endswith(f" e2e: {marker} from e2e-dgx01"), since
+    finally:
+        subprocess.run(["docker", "start", DGX2], capture_output=True, check=True)
+        wait_for(lambda: slurm_reason("e2e-dgx02"), lambda reason: reason == "idle|none", 240)
+    missing = corectl("logs", "e2e-nosuch", *args, check=False)
+    assert missing.returncode == 2 and "e2e-nosuch is not a node of" in missing.stderr
 
 
 def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path, container_image: str):
