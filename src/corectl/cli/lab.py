@@ -42,7 +42,7 @@ def lab_up(
 
 @lab_app.command("down")
 def lab_down(inventory: LabInventoryOpt = "lab", wait: WaitOpt = 0) -> None:
-    """Remove the lab's containers, network, cgroup leftovers and cached facts."""
+    """Remove the lab's containers, network, cgroup leftovers, cached facts and run records."""
     from corectl.commands.lab import down
 
     site = policy.site(inventory)

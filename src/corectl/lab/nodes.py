@@ -633,6 +633,9 @@ def down(site: Site) -> list[str]:
     if networks:
         docker("network", "rm", *networks)
     remove_slurm_cgroups(names)
-    if site.facts_dir.is_dir():
-        shutil.rmtree(site.facts_dir)
+    # the fact cache and the run records describe machines that are gone: the next lab up is a new cluster, whose
+    # first provision must start slurmctld on its empty state (role slurm holds it on a site that has run before)
+    for kept in (site.facts_dir, site.runs_dir):
+        if kept.is_dir():
+            shutil.rmtree(kept)
     return names
