@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -27,6 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
 BIN = Path(sys.executable).parent
+# The lab stage's limits: one test (setup included) and the whole stage. A test past its limit fails
+# with a traceback of where it waited and the others go on; a stage past its limit is interrupted,
+# so that CI (90 minutes at most) always ends with this script's table and the failure's log tail.
+LAB_TEST_LIMIT_S = 1200
+LAB_STAGE_LIMIT_S = 4500
+STOP_GRACE = 120
 
 
 @dataclass
@@ -65,15 +72,32 @@ class Stages:
         with self.lock:
             print(f"[{time.monotonic() - self.t0:6.0f}s] {line}", flush=True)
 
-    def run(self, name: str, lane: int, argv: list[str], env: dict[str, str] | None = None) -> bool:
+    def run(
+        self, name: str, lane: int, argv: list[str], env: dict[str, str] | None = None, limit: float | None = None
+    ) -> bool:
+        """Run one stage into build/<name>.log. A stage still running after ``limit`` seconds is
+        interrupted (pytest then writes where it was and its summary), and killed if that does not end it."""
         BUILD.mkdir(exist_ok=True)
         log = BUILD / f"{name}.log"
         self.say(f"start {name}: {' '.join(argv)}")
         start = time.monotonic()
+        note = ""
         with log.open("w") as out:
-            proc = subprocess.run(argv, cwd=ROOT, stdout=out, stderr=out, env=env or self.env, check=False)
-        rc = proc.returncode
-        outcome = Outcome(name, lane, start - self.t0, time.monotonic() - start, rc == 0, f"exit {rc}" if rc else "")
+            proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=out, env=env or self.env)
+            try:
+                rc = proc.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                note = f"stopped at its {limit:.0f}s limit"
+                self.say(f"{name} is still running after {limit:.0f}s: interrupting it")
+                proc.send_signal(signal.SIGINT)
+                try:
+                    rc = proc.wait(timeout=STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    rc = proc.wait()
+        if rc and not note:
+            note = f"exit {rc}"
+        outcome = Outcome(name, lane, start - self.t0, time.monotonic() - start, rc == 0 and not note, note)
         return self._finish(outcome, log)
 
     def _finish(self, outcome: Outcome, log: Path) -> bool:
@@ -167,7 +191,7 @@ def main(argv: list[str]) -> int:
     what = argv[0] if argv else "all"
     stages = Stages()
     pytest = [str(BIN / "pytest"), "-ra", "-p", "no:cacheprovider"]
-    lab_tests = [*pytest, "--durations=15", "-m", "lab"]
+    lab_tests = [*pytest, "-v", "--durations=15", f"--timeout={LAB_TEST_LIMIT_S}", "-m", "lab"]
     image: list[str | None] = [None]
     image_done = threading.Event()
 
@@ -187,7 +211,7 @@ def main(argv: list[str]) -> int:
     lab_env = {**stages.env, "CORECTL_ACCELERATOR": os.environ.get("CORECTL_ACCELERATOR", "mitogen")}
 
     def lab_lane() -> bool:
-        return build_image() and stages.run("lab", 1, lab_tests, lab_env)
+        return build_image() and stages.run("lab", 1, lab_tests, lab_env, LAB_STAGE_LIMIT_S)
 
     def checks_then_molecule() -> bool:
         linted = lint(stages, lane=2)
@@ -203,7 +227,7 @@ def main(argv: list[str]) -> int:
     elif what == "image":
         build_image()
     elif what == "lab":
-        stages.run("lab", 1, lab_tests, lab_env)
+        stages.run("lab", 1, lab_tests, lab_env, LAB_STAGE_LIMIT_S)
     elif what == "molecule":
         build_image()
         molecule_lane(1)
