@@ -2270,6 +2270,89 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         corectl("render", *args)
 
 
+HEAD2 = "corectl-labtest-e2e-head02"
+
+
+def controllers_said(container: str) -> str:
+    """`scontrol ping` on ``container``: each slurmctld and whether it answers ("" while none can be asked)."""
+    return docker_exec(container, "scontrol", "ping", check=False)
+
+
+def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab: Path):
+    """Issue 34: a second head stand-in is declared as slurm.backup_controller with slurmctld's state on CephFS; the
+    provision moves the saved state there and the running job goes on. With a job running, the primary head's
+    container is killed: the backup takes over, the job finishes, a new job runs; the primary returns, takes over
+    again, and the accounting database has both jobs."""
+    args = ("--inventory", str(lab))
+    cluster_yml = lab / "cluster.yml"
+    declared = cluster_yml.read_text()
+    added = corectl("lab", "add", "--head", *args).stdout
+    assert f"e2e-head02 172.29.210.9    ssh 127.0.0.1:{PORT_BASE + 40}" in added, added
+    head02 = (
+        f"\n- name: e2e-head02\n  address: 172.29.210.9\n  profile: head-standin\n  roles:\n  - login\n"
+        f"  ssh:\n    host: 127.0.0.1\n    port: {PORT_BASE + 40}\nfabric:"
+    )
+    failover = "\nslurm:\n  backup_controller: e2e-head02\n  state_dir: /shared/slurm/state\n"
+    failover += "  controller_timeout_s: 10\n"
+    assert declared.count("\nfabric:") == 1 and declared.count("\nslurm:\n") == 1
+    cluster_yml.write_text(declared.replace("\nfabric:", head02).replace("\nslurm:\n", failover))
+    through = sbatch("--nodelist=e2e-dgx01", "--time=10", "--wrap", "sleep 120")
+    wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
+    corectl("provision", *args)
+    assert job_state(through).startswith("RUNNING")  # the move of the saved state kept the queue
+    assert docker_exec(HEAD2, "test", "-s", "/shared/slurm/state/job_state", check=False) == ""
+    assert "RequiresMountsFor=/shared/slurm/state" in docker_exec(HEAD, "systemctl", "cat", "slurmctld")
+    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
+    assert "Slurmctld(primary) at e2e-head01 is UP" in said and "Slurmctld(backup) at e2e-head02 is UP" in said
+    options = docker_exec(DGX1, "cat", "/etc/default/slurmd")
+    assert '--conf-server e2e-head01,e2e-head02"' in options, options
+    again = corectl("provision", *args)
+    assert set(last_run_changes(lab).values()) == {0}, (last_run_changes(lab), again.stdout)
+
+    # the primary head dies with a job running; the backup takes over once it has not answered for
+    # controller_timeout_s and CephFS has released the dead head's session (its caps on the saved state)
+    running = sbatch("--nodelist=e2e-dgx02", "--time=10", "--wrap", "sleep 45")
+    wait_for(lambda: job_state(running), lambda state: state.startswith("RUNNING"), 60)
+    killed = time.monotonic()
+    subprocess.run(["docker", "kill", HEAD], capture_output=True, check=True)
+    try:
+        said = wait_for(
+            lambda: controllers_said(HEAD2),
+            lambda s: "at e2e-head01 is DOWN" in s and "Slurmctld(backup) at e2e-head02 is UP" in s,
+            180,
+        )
+        new = docker_exec(
+            HEAD2, "runuser", "-u", "alice", "--", "srun", "--job-name=on-the-backup", "--nodelist=e2e-dgx01",
+            "--mem=64", "hostname",
+        )  # fmt: skip
+        took_over = time.monotonic() - killed
+        print(f"backup controller in charge {took_over:.0f} s after the head was killed")
+        assert new.strip() == "e2e-dgx01"
+        shown = wait_for(
+            lambda: docker_exec(HEAD2, "scontrol", "show", "job", running, check=False),
+            lambda text: "JobState=COMPLETED" in text,
+            120,
+        )
+        assert "JobState=COMPLETED" in shown
+    finally:
+        subprocess.run(["docker", "start", HEAD], capture_output=True, check=True)
+    # the primary is back (slurmctld after CephFS is mounted) and takes over again; its database gets what the
+    # backup ran meanwhile
+    said = wait_for(lambda: controllers_said(HEAD), lambda s: s.count("is UP") == 2, 240)
+    assert "Slurmctld(primary) at e2e-head01 is UP" in said
+    after = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx02", "--mem=64", "hostname")
+    assert after.strip() == "e2e-dgx02"
+    jobs = wait_for(
+        lambda: docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running, check=False),
+        lambda out: f"{running}|COMPLETED" in out,
+        180,
+    )
+    assert f"{running}|COMPLETED" in jobs
+    recorded = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "--name=on-the-backup", "-o", "NodeList,State")
+    assert recorded.split() == ["e2e-dgx01|COMPLETED"], recorded
+    docker_exec(HEAD, "scancel", through)
+
+
 def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
     """Last of the module: every secret source, in everything the runs above left behind."""
     site = resolve_site(str(lab))

@@ -192,6 +192,32 @@ def test_a_site_without_fabric_or_cephfs_resolves_to_empty_lists(tmp_path: Path,
     assert resolved_on_dgx05(root, prod_copy, tmp_path, expressions) == [[], [], []]
 
 
+def test_a_backup_controller_gets_the_controllers_play_and_the_shared_state(tmp_path: Path, root: Path, prod_copy):
+    """slurm.backup_controller: its own inventory group (site.yml's controller play runs on it), and the state
+    directory both controllers and the backup role read."""
+    config = yaml.safe_load((prod_copy / "cluster.yml").read_text())
+    config["slurm"].update(backup_controller="dgx01", state_dir="/data/slurm/state", controller_timeout_s=30)
+    (prod_copy / "cluster.yml").write_text(yaml.safe_dump(config))
+    rendered = runner.invoke(app, ["render", "--inventory", str(prod_copy)])
+    assert rendered.exit_code == 0, rendered.output
+    children = yaml.safe_load((prod_copy / "hosts.yml").read_text())["all"]["children"]
+    assert list(children["slurm_backup_controller"]["hosts"]) == ["dgx01"]
+    assert list(children["slurm_controller"]["hosts"]) == ["head01"]
+    expressions = ["slurm_controller", "slurm_backup_controller", "slurm_state_dir", "backup_state_dir"]
+    expressions.append("slurm_controller_timeout_s")
+    assert resolved_on_dgx05(root, prod_copy, tmp_path, expressions) == [
+        "head01", "dgx01", "/data/slurm/state", "/data/slurm/state", 30,
+    ]  # fmt: skip
+    # without one: the local default, and no group
+    config["slurm"] = {k: v for k, v in config["slurm"].items() if k not in ("backup_controller", "state_dir")}
+    (prod_copy / "cluster.yml").write_text(yaml.safe_dump(config))
+    assert runner.invoke(app, ["render", "--inventory", str(prod_copy)]).exit_code == 0
+    assert "slurm_backup_controller" not in yaml.safe_load((prod_copy / "hosts.yml").read_text())["all"]["children"]
+    assert resolved_on_dgx05(root, prod_copy, tmp_path / "2", ["slurm_backup_controller", "slurm_state_dir"]) == [
+        "", "/var/lib/slurm/slurmctld",
+    ]  # fmt: skip
+
+
 def resolved_on_dgx05(root: Path, site_dir: Path, tmp_path: Path, expressions: list[str]) -> list:
     """The values real Ansible gives these expressions on dgx05, with the layers and the extra
     vars (site.json) a corectl run has."""

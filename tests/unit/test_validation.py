@@ -145,6 +145,38 @@ VARIANTS = [
     ('schedule: "*-*-* 02:30:00"', 'schedule: "daily; rm -rf /"', "backup.schedule", "should match pattern"),
     ("logs: {host: head01,", "logs: {host: head09,", "logs.host", "'head09' is not a node of this cluster"),
     ("keep_days: 30, max_mb: 2048}", "keep_days: 0, max_mb: 2048}", "logs.keep_days", "greater than or equal to 1"),
+    # issue 34: a backup controller
+    (
+        "  accounting: true\n  pam_slurm_adopt",
+        "  accounting: true\n  backup_controller: head09\n  state_dir: /data/slurm\n  pam_slurm_adopt",
+        "slurm.backup_controller",
+        "'head09' is not a node of this cluster",
+    ),
+    (
+        "  accounting: true\n  pam_slurm_adopt",
+        "  accounting: true\n  backup_controller: head01\n  state_dir: /data/slurm\n  pam_slurm_adopt",
+        "slurm.backup_controller",
+        "'head01' is the controller itself",
+    ),
+    (
+        "  accounting: true\n  pam_slurm_adopt",
+        "  accounting: true\n  backup_controller: dgx01\n  pam_slurm_adopt",
+        "slurm.backup_controller",
+        "needs slurm.state_dir under a cephfs mountpoint (/home, /data): both controllers must see it",
+    ),
+    (
+        "  accounting: true\n  pam_slurm_adopt",
+        "  accounting: true\n  backup_controller: dgx01\n  state_dir: /var/lib/slurm/ctld\n  pam_slurm_adopt",
+        "slurm.state_dir",
+        "'/var/lib/slurm/ctld' is not under a cephfs mountpoint",
+        "  state_dir: /var/lib/slurm/ctld\n",
+    ),
+    (
+        "  accounting: true\n  pam_slurm_adopt",
+        "  accounting: true\n  controller_timeout_s: 1\n  pam_slurm_adopt",
+        "slurm.controller_timeout_s",
+        "greater than or equal to 5",
+    ),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

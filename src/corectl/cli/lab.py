@@ -87,15 +87,21 @@ def lab_add(
         bool,
         typer.Option("--bare", help="like a fresh machine: no corectl key; admin user dgxadmin (password in .lab/)"),
     ] = False,
+    head: Annotated[
+        bool, typer.Option("--head", help="a second head stand-in (head02, for slurm.backup_controller)")
+    ] = False,
     wait: WaitOpt = 0,
 ) -> None:
-    """Start one more DGX stand-in beside a running lab (declare it with corectl add-node)."""
+    """Start one more DGX stand-in (or a second head) beside a running lab (declare it with corectl add-node)."""
     from corectl.commands.lab import add
 
     site = policy.site(inventory)
     with policy.changing(site, wait):
-        node = add(site, bare=bare)
+        node = add(site, bare=bare, head=head)
     out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
+    if head:
+        out.print(f"next: declare {node.name} in cluster.yml (profile head-standin) as slurm.backup_controller")
+        return
     out.print(
         f"next: corectl add-node {node.name} --inventory {inventory} --address {node.address} "
         f"--profile dgx-standin --leaf leaf1 --ssh-host 127.0.0.1 --ssh-port {node.ssh_port}",

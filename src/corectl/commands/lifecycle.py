@@ -52,8 +52,9 @@ def _step(site: Site, console: Console, title: str, **request: Any) -> RunResult
 
 
 def _service_nodes(cluster: Cluster, exclude: str) -> str:
-    """Hosts whose configuration lists the nodes: controller, login and monitoring nodes."""
+    """Hosts whose configuration lists the nodes: controllers, login and monitoring nodes."""
     names = {n.name for n in cluster.nodes if {"slurm_controller", "login", "monitoring"} & set(n.roles)}
+    names |= {cluster.config.slurm.backup_controller} - {None}
     names.discard(exclude)
     return ",".join(sorted(names))
 

@@ -64,6 +64,8 @@ class LabSpec:
     ceph: bool = False
     # runner host stand-ins (cluster.yml control.runners): runs fan out over them; a rack per DGX
     runners: int = 0
+    # head stand-ins: head02 (address .9) is a second head for a backup controller (corectl lab add --head)
+    heads: int = 1
 
     def __post_init__(self) -> None:
         try:
@@ -97,6 +99,8 @@ class LabSpec:
         for i in range(1, self.computes + 1):
             name = f"{self.prefix}dgx{i:02d}"
             out.append(LabNode(name, str(net.network_address + 10 + i), self.ssh_port_base + i, False))
+        if self.heads > 1:  # last: the DGX keep their places (their BMCs' kinds follow them)
+            out.append(LabNode(f"{self.prefix}head02", str(net.network_address + 9), self.ssh_port_base + 40, True))
         return out
 
     def runner_hosts(self) -> list[LabNode]:
@@ -532,7 +536,7 @@ SPEC_FILE = "spec.json"
 
 
 def _save_spec(spec: LabSpec) -> None:
-    data = {k: getattr(spec, k) for k in ("computes", "subnet", "ssh_port_base", "prefix", "ceph", "runners")}
+    data = {k: getattr(spec, k) for k in ("computes", "subnet", "ssh_port_base", "prefix", "ceph", "runners", "heads")}
     spec.site.lab_dir.mkdir(parents=True, exist_ok=True)
     (spec.site.lab_dir / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -548,16 +552,19 @@ def load_spec(site: Site) -> LabSpec:
 BARE_ADMIN = "dgxadmin"
 
 
-def add(site: Site, bare: bool = False) -> LabNode:
+def add(site: Site, bare: bool = False, head: bool = False) -> LabNode:
     """Start one more DGX stand-in beside a running lab (not declared anywhere: see corectl add-node).
 
     ``bare``: like a freshly installed machine: corectl's key is not installed and its host key not
     recorded; an admin user (dgxadmin, sudo) has a random password kept in .lab/<node>.password, for
-    `corectl bootstrap`.
+    `corectl bootstrap`. ``head``: the second head stand-in instead (head02; one at most).
     """
     ensure_engine()
-    spec = replace(load_spec(site), computes=load_spec(site).computes + 1)
-    node = spec.nodes()[-1]
+    spec = load_spec(site)
+    if head and spec.heads > 1:
+        raise CorectlError(f"lab {site.name} has its second head already", exit_code=2)
+    spec = replace(spec, heads=2) if head else replace(spec, computes=spec.computes + 1)
+    node = [n for n in spec.nodes() if n.head == head][-1]
     if bare:
         _start_bare(spec, node)
     else:

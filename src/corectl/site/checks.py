@@ -9,6 +9,7 @@ import re
 import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from corectl import hostlist
 from corectl.site.model import BMC_DEFAULT_PORTS, POSITIVE_THRESHOLDS, Bmc, ClusterConfig, Node, NodeBmc, Switch
@@ -141,6 +142,7 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_control(config)
     problems += _check_health(config)
     problems += _check_backup(config)
+    problems += _check_failover(config, nodes)
     problems += _check_logs(config, {n.name for n in nodes})
     return problems
 
@@ -172,6 +174,26 @@ def _check_logs(config: ClusterConfig, names: set[str]) -> list[Problem]:
 def _check_backup(config: ClusterConfig) -> list[Problem]:
     if config.backup is not None and not config.slurm.accounting:
         return [Problem(("backup",), "needs slurm.accounting (a backup holds the accounting database)")]
+    return []
+
+
+def _check_failover(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
+    """A backup controller is a declared node other than the controller, and the state both read is shared."""
+    backup = config.slurm.backup_controller
+    if backup is None:
+        return []
+    controllers = [n.name for n in nodes if "slurm_controller" in n.roles]
+    if backup not in {n.name for n in nodes}:
+        return [Problem(("slurm", "backup_controller"), f"'{backup}' is not a node of this cluster")]
+    if backup in controllers:
+        return [Problem(("slurm", "backup_controller"), f"'{backup}' is the controller itself (name another node)")]
+    mountpoints = [m.mountpoint for m in config.cephfs.mounts] if config.cephfs else []
+    state = config.slurm.state_dir
+    shared = state is not None and any(PurePosixPath(m) in PurePosixPath(state).parents for m in mountpoints)
+    if not shared:
+        where = f"'{state}' is not" if state else "needs slurm.state_dir"
+        why = f"{where} under a cephfs mountpoint ({', '.join(mountpoints) or 'none declared'}): both controllers"
+        return [Problem(("slurm", "state_dir") if state else ("slurm", "backup_controller"), why + " must see it")]
     return []
 
 

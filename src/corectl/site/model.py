@@ -235,9 +235,25 @@ class Account(Strict):
     max_wall: WallTime | None = Field(None, description="MaxWall per job")
 
 
+DEFAULT_STATE_DIR = "/var/lib/slurm/slurmctld"
+
+
 class Slurm(Strict):
     accounting: bool = True
     pam_slurm_adopt: bool = True
+    backup_controller: Identifier | None = Field(
+        None,
+        description="a declared node running a second slurmctld that takes over when the controller stops answering"
+        " (needs state_dir on a cephfs mount both see)",
+    )
+    state_dir: AbsPath | None = Field(
+        None,
+        description=f"slurmctld's StateSaveLocation (default {DEFAULT_STATE_DIR}); with a backup_controller, a path"
+        " under a cephfs mountpoint",
+    )
+    controller_timeout_s: Annotated[int, Field(ge=5, le=3600)] = Field(
+        120, description="SlurmctldTimeout: how long the backup waits for an unanswering controller before taking over"
+    )
     partitions: list[Partition] = Field(min_length=1)
     priority: Priority = Field(default_factory=Priority)
     qos: list[Qos] = Field(default_factory=list)

@@ -12,7 +12,18 @@ from typing import Any
 
 from corectl import hostlist
 from corectl.files import write_if_changed
-from corectl.site.model import ROLES, Account, Cluster, ClusterConfig, Fabric, Node, Profile, Qos, User
+from corectl.site.model import (
+    DEFAULT_STATE_DIR,
+    ROLES,
+    Account,
+    Cluster,
+    ClusterConfig,
+    Fabric,
+    Node,
+    Profile,
+    Qos,
+    User,
+)
 
 
 def _key_path(key: str | None) -> str | None:
@@ -140,6 +151,9 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
     return {
         "cluster_name": config.cluster.name,
         "controller": cluster.with_role("slurm_controller")[0].name,
+        "backup_controller": config.slurm.backup_controller or "",
+        "state_dir": config.slurm.state_dir or DEFAULT_STATE_DIR,
+        "controller_timeout_s": config.slurm.controller_timeout_s,
         "dbd_host": dbd[0].name if dbd and config.slurm.accounting else "",
         "accounting": config.slurm.accounting,
         "pam_slurm_adopt": config.slurm.pam_slurm_adopt,
@@ -311,6 +325,9 @@ def inventory(cluster: Cluster) -> dict[str, Any]:
         members = [n.name for n in cluster.nodes if role in n.roles]
         if members:
             children[role] = {"hosts": {name: None for name in members}}
+    # the second slurmctld (cluster.yml slurm.backup_controller): the controller's play runs on it too
+    if cluster.config.slurm.backup_controller:
+        children["slurm_backup_controller"] = {"hosts": {cluster.config.slurm.backup_controller: None}}
     # GPU nodes (driver, DCGM, dcgm-exporter): every node whose profile declares GPUs
     gpu_nodes = [n.name for n in cluster.with_gpus()]
     if gpu_nodes:
