@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from corectl.lab import image
-from corectl.lab.nodes import NODE_FLAGS, LabSpec, lab_cluster, remove_slurm_cgroups
+from corectl.lab.nodes import NODE_FLAGS, LabNode, LabSpec, lab_cluster, remove_slurm_cgroups
 from corectl.site import Site
 
 
@@ -90,3 +90,14 @@ def test_ci_digest_repeats_a_failed_stages_first_errors(tmp_path: Path, root: Pa
         "ERROR tests/e2e/test_lab_e2e.py::test_provision_converges - AssertionError: corectl lab up",
         ('fatal: [instance]: FAILED! => {"msg": "' + "x" * 400)[:300],
     ]
+
+
+def test_a_second_head_comes_after_the_dgx_so_they_keep_their_places(tmp_path: Path, root: Path):
+    """corectl lab add --head: head02 at .9, SSH 40 above the head's; the DGX keep addresses, ports and order (their
+    stand-in BMCs' kinds follow their index)."""
+    site = Site(root=root, directory=tmp_path / "lab")
+    one = LabSpec(site=site, computes=2, subnet="172.29.99.0/24", ssh_port_base=23000)
+    two = LabSpec(site=site, computes=2, subnet="172.29.99.0/24", ssh_port_base=23000, heads=2)
+    assert two.nodes()[:-1] == one.nodes()
+    assert two.nodes()[-1] == LabNode("head02", "172.29.99.9", 23040, True)
+    assert [n["name"] for n in lab_cluster(two)["nodes"]] == ["head01", "dgx01", "dgx02"]  # declared by the operator

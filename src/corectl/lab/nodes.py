@@ -120,7 +120,7 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
 
     ``user_key``: the public SSH key declared for LAB_USER.
     """
-    nodes = spec.nodes()
+    nodes = spec.nodes()[: 1 + spec.computes]  # a second head (lab add --head) is declared by the operator
     head = nodes[0]
     computes = [n.name for n in nodes if not n.head]
     compute_range = hostlist.compress(computes)
