@@ -80,8 +80,23 @@ def on_terminal(argv: list[str], columns: int) -> tuple[int, str]:
     return rc, text.replace("\r\n", "\n").replace("\r", "")
 
 
+EXEC_LIMIT_S = 300  # one docker exec: an exec into a container that is stopping or rebooting can wait for good
+
+
+def exec_in(container: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """docker exec, never waiting past EXEC_LIMIT_S: an exec that does is answered as a failure (exit 124)."""
+    command = ["docker", "exec", container, *argv]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, check=False, timeout=EXEC_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(command, 124, "", f"docker exec: no answer in {EXEC_LIMIT_S} s")
+
+
 def docker_exec(container: str, *argv: str, check: bool = True) -> str:
-    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=check).stdout
+    done = exec_in(container, *argv)
+    if check and done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+    return done.stdout
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -1185,12 +1200,12 @@ def failed_checks(report: dict, node: str) -> list[str]:
 
 def run_hook(container: str) -> int:
     """What slurmd runs every HealthCheckInterval, run now (same program, same node)."""
-    return subprocess.run(["docker", "exec", container, HEALTH_HOOK], capture_output=True, check=False).returncode
+    return exec_in(container, HEALTH_HOOK).returncode
 
 
 def hook_output(container: str) -> str:
     """What the health program says on the node now (for a failed assertion's message)."""
-    done = subprocess.run(["docker", "exec", container, HEALTH_HOOK], capture_output=True, text=True, check=False)
+    done = exec_in(container, HEALTH_HOOK)
     return f"{container}: exit {done.returncode}\n{done.stdout}{done.stderr}"
 
 
@@ -1305,7 +1320,7 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         # a reboot (a clean one: its CephFS client leaves, and the other node's /shared goes on): the kernel
         # log starts anew (gpu-sim-boot.service); the record does not
         before = booted_at(DGX2)
-        subprocess.run(["docker", "exec", DGX2, "systemctl", "reboot"], check=False, capture_output=True)
+        exec_in(DGX2, "systemctl", "reboot")  # (its answer, if any, does not matter)
         assert wait_for(lambda: booted_at(DGX2), lambda now: now != before, 180) != before
         assert docker_exec(DGX2, "gpu-sim", "kernel-log") == ""
         # once the node is up (its Fabric Manager done), the program names the kept Xid again; slurmd runs it
@@ -1421,9 +1436,9 @@ def test_ib_errors_and_a_flapping_link_drain_the_node_until_resumed(lab: Path):
 def booted_at(container: str) -> str:
     """When the node's systemd started (a container shares the host's boot_id; this changes).
     Right after a power on the node is still booting and systemd does not answer yet: wait."""
-    argv = ["docker", "exec", container, "systemctl", "show", "--property=UserspaceTimestampMonotonic", "--value"]
+    argv = ["systemctl", "show", "--property=UserspaceTimestampMonotonic", "--value"]
     answer = wait_for(
-        lambda: subprocess.run(argv, capture_output=True, text=True, check=False),
+        lambda: exec_in(container, *argv),
         lambda done: done.returncode == 0 and done.stdout.strip() not in ("", "0"),
         120,
     )
