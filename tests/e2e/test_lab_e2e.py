@@ -1322,6 +1322,10 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         before = booted_at(DGX2)
         exec_in(DGX2, "systemctl", "reboot")  # (its answer, if any, does not matter)
         assert wait_for(lambda: booted_at(DGX2), lambda now: now != before, 180) != before
+        # (systemd answers before the boot's own units have run: gpu-sim-boot.service starts the log anew)
+        booted = wait_for(lambda: docker_exec(DGX2, "systemctl", "is-active", "gpu-sim-boot", check=False).strip(),
+                          lambda state: state == "active", 120)  # fmt: skip
+        assert booted == "active"
         assert docker_exec(DGX2, "gpu-sim", "kernel-log") == ""
         # once the node is up (its Fabric Manager done), the program names the kept Xid again; slurmd runs it
         slurm_said = wait_for(lambda: hook_output(DGX2), lambda out: "xid: XID 119 on PCI:" in out, 120)
