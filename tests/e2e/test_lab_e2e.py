@@ -2315,7 +2315,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     failover += "  controller_timeout_s: 10\n"
     assert declared.count("\nfabric:") == 1 and declared.count("\nslurm:\n") == 1
     cluster_yml.write_text(declared.replace("\nfabric:", head02).replace("\nslurm:\n", failover))
-    through = sbatch("--nodelist=e2e-dgx01", "--time=10", "--wrap", "sleep 120")
+    through = sbatch("--nodelist=e2e-dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
     wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
     corectl("provision", *args)
     assert job_state(through).startswith("RUNNING")  # the move of the saved state kept the queue
