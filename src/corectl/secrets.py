@@ -152,6 +152,37 @@ def set_ceph_key(site: Site, client: str, key: str) -> None:
     _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
 
 
+ALERT_WEBHOOKS = "corectl_alert_webhooks"
+WEBHOOK_URL = re.compile(r"^https?://[^\s/?#@]+(/[^\s]*)?$")
+
+
+def webhook_receivers(site: Site) -> list[str]:
+    """The alert receivers declared with a webhook (its URL, usually holding a token, lives in the vault)."""
+    from corectl.site.loader import load_cluster
+
+    alerts = load_cluster(site.directory).config.monitoring.alerts
+    return sorted(r.name for r in alerts.receivers if r.webhook) if alerts else []
+
+
+def set_webhook(site: Site, receiver: str, url: str) -> None:
+    """Store the URL an alert receiver's webhook posts to."""
+    url = url.strip()
+    declared = webhook_receivers(site)
+    if receiver not in declared:
+        raise CorectlError(
+            f"'{receiver}' is not a receiver with webhook: true in monitoring.alerts (declared: "
+            f"{', '.join(declared) or 'none'})",
+            exit_code=2,
+        )
+    if not WEBHOOK_URL.match(url) or len(url) > 2048:
+        raise CorectlError(f"the webhook for {receiver} is not an http(s) URL without user or spaces", exit_code=2)
+    files = SecretFiles(site)
+    values = read_values(site)
+    values.setdefault(ALERT_WEBHOOKS, {})[receiver] = url
+    password = vault_password(files, create=True)
+    _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
+
+
 BMC_CREDENTIALS = "corectl_bmc_credentials"
 
 
@@ -196,6 +227,13 @@ def check(site: Site) -> None:
         if value.strip().lower() in PLACEHOLDERS or len(value) < PASSWORD_MIN:
             raise CorectlError(
                 f"{files.variables}: {name} ({purpose}) is missing, a placeholder or shorter than {PASSWORD_MIN}"
+            )
+    hooks = values.get(ALERT_WEBHOOKS) or {}
+    for receiver in webhook_receivers(site):
+        if not WEBHOOK_URL.match(str(hooks.get(receiver, ""))):
+            raise CorectlError(
+                f"{files.variables}: no webhook URL for alert receiver {receiver}; store it with: "
+                f"corectl secrets set-webhook {receiver} --inventory {site.name} (the URL on standard input)"
             )
     keys = values.get(CEPH_KEYS) or {}
     for client in ceph_clients(site):

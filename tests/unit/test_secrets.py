@@ -126,3 +126,29 @@ def test_cephfs_mounts_need_their_client_key(prod_copy: Path, root: Path, monkey
         secrets.set_ceph_key(site, "corectl", "changeme")
     secrets.set_ceph_key(site, "corectl", "AQAg7R9pAAAAABAAaxiE7mSdzWtv4z/2z7+3cQ==\n")
     secrets.check(site)
+
+
+def test_an_alert_webhook_is_kept_in_the_vault(prod_copy: Path, root: Path, monkeypatch: pytest.MonkeyPatch):
+    """A receiver with webhook: true needs its URL (a chat tool's, with its token) in the vault, never in cluster.yml."""
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD", raising=False)
+    monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
+    cluster_yml = prod_copy / "cluster.yml"
+    text = cluster_yml.read_text().replace(
+        "      - {name: oncall, email: [hpc-oncall@example.org]}", "      - {name: oncall, webhook: true}"
+    )
+    cluster_yml.write_text(text)
+    site = Site(root=root, directory=prod_copy)
+    secrets.init(site)
+    secrets.set_ceph_key(site, "corectl", "AQAg7R9pAAAAABAAaxiE7mSdzWtv4z/2z7+3cQ==\n")
+    with pytest.raises(CorectlError, match=r"no webhook URL for alert receiver oncall; store it with: corectl secrets"):
+        secrets.check(site)
+    with pytest.raises(CorectlError, match=r"'operators' is not a receiver with webhook: true .*declared: oncall"):
+        secrets.set_webhook(site, "operators", "https://chat.example.org/hooks/T1/B2/abc")
+    with pytest.raises(CorectlError, match="not an http"):
+        secrets.set_webhook(site, "oncall", "https://user:pw@chat.example.org/hook")
+    url = "https://chat.example.org/hooks/T1/B2/tokenabc123"
+    secrets.set_webhook(site, "oncall", url + "\n")
+    secrets.check(site)
+    assert secrets.read_values(site)[secrets.ALERT_WEBHOOKS] == {"oncall": url}
+    assert b"tokenabc123" not in (prod_copy / "secrets" / "secrets.yml").read_bytes()
+    assert "tokenabc123" not in cluster_yml.read_text()

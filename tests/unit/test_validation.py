@@ -177,6 +177,45 @@ VARIANTS = [
         "slurm.controller_timeout_s",
         "greater than or equal to 5",
     ),
+    # issue 29: Alertmanager's receivers and routes
+    ("    receiver: operators\n", "    receiver: operator\n", "monitoring.alerts.receiver", "unknown receiver 'operator'"),
+    (
+        "      - {receiver: oncall, severity: [critical]}",
+        "      - {receiver: pager, severity: [critical]}",
+        "monitoring.alerts.routes[0].receiver",
+        "unknown receiver 'pager' (declared: oncall, operators)",
+    ),
+    (
+        "      - {receiver: oncall, severity: [critical]}",
+        "      - {receiver: oncall}",
+        "monitoring.alerts.routes[0]",
+        "names no severity and no alerts",
+    ),
+    (
+        "      - {receiver: oncall, severity: [critical]}",
+        "      - {receiver: oncall, severity: [page]}",
+        "monitoring.alerts.routes[0].severity[0]",
+        "should be 'warning' or 'critical'",
+    ),
+    (
+        "      - {name: oncall, email: [hpc-oncall@example.org]}",
+        "      - {name: oncall, email: [hpc-oncall]}",
+        "monitoring.alerts.receivers[1].email[0]",
+        "should match pattern",
+    ),
+    (
+        "      - {name: oncall, email: [hpc-oncall@example.org]}",
+        "      - {name: oncall}",
+        "monitoring.alerts.receivers[1]",
+        "receiver 'oncall' has no email and no webhook",
+    ),
+    (
+        '    smtp: {smarthost: "mail.example.org:587", sender: alertmanager@example.org}\n',
+        "",
+        "monitoring.alerts.receivers[0].email",
+        "e-mail needs monitoring.alerts.smtp",
+        "      - {name: operators, email: [hpc-ops@example.org]}",
+    ),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

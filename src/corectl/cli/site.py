@@ -97,6 +97,22 @@ def secrets_set_ceph_key(
     out.print(line)
 
 
+@secrets_app.command("set-webhook")
+def secrets_set_webhook(
+    receiver: Annotated[str, typer.Argument(help="an alert receiver of cluster.yml with webhook: true")],
+    inventory: InventoryOpt = None,
+    wait: WaitOpt = 0,
+) -> None:
+    """Store an alert receiver's webhook URL read from standard input (it usually holds a token)."""
+    from corectl.commands import secrets
+
+    site = policy.site(inventory)
+    url = sys.stdin.readline() if not sys.stdin.isatty() else typer.prompt("webhook URL", hide_input=True)
+    with policy.changing(site, wait):
+        line = secrets.set_webhook(site, receiver, url)
+    out.print(line)
+
+
 @secrets_app.command("set-bmc")
 def secrets_set_bmc(
     user: Annotated[str, options.login_user("the BMC user corectl logs in as")],

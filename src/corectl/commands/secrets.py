@@ -1,4 +1,4 @@
-"""secrets init, check, set-ceph-key, set-bmc: the site's vault-encrypted secrets (corectl.secrets)."""
+"""secrets init, check, set-ceph-key, set-bmc, set-webhook: the site's vault-encrypted secrets (corectl.secrets)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,8 @@ def set_ceph_key(site: Site, client: str, key: str) -> str:
 def set_bmc(site: Site, user: str, password: str) -> str:
     secrets.set_bmc_credentials(site, user, password)
     return f"{site.name}: BMC credentials for {user} stored (vault-encrypted)"
+
+
+def set_webhook(site: Site, receiver: str, url: str) -> str:
+    secrets.set_webhook(site, receiver, url)
+    return f"{site.name}: webhook for alert receiver {receiver} stored (vault-encrypted)"

@@ -142,6 +142,7 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_control(config)
     problems += _check_health(config)
     problems += _check_backup(config)
+    problems += _check_alerts(config)
     problems += _check_failover(config, nodes)
     problems += _check_logs(config, {n.name for n in nodes})
     return problems
@@ -195,6 +196,33 @@ def _check_failover(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
         why = f"{where} under a cephfs mountpoint ({', '.join(mountpoints) or 'none declared'}): both controllers"
         return [Problem(("slurm", "state_dir") if state else ("slurm", "backup_controller"), why + " must see it")]
     return []
+
+
+def _check_alerts(config: ClusterConfig) -> list[Problem]:
+    alerts = config.monitoring.alerts
+    if alerts is None:
+        return []
+    base = ("monitoring", "alerts")
+    if not config.monitoring.prometheus:
+        return [Problem(base, "needs monitoring.prometheus (Prometheus sends the alerts)")]
+    problems = _duplicates(
+        ((r.name, (*base, "receivers", i, "name")) for i, r in enumerate(alerts.receivers)), "receiver name"
+    )
+    names = {r.name for r in alerts.receivers}
+    for path, name in [((*base, "receiver"), alerts.receiver)] + [
+        ((*base, "routes", i, "receiver"), route.receiver) for i, route in enumerate(alerts.routes)
+    ]:
+        if name not in names:
+            problems.append(Problem(path, f"unknown receiver '{name}' (declared: {', '.join(sorted(names))})"))
+    for i, route in enumerate(alerts.routes):
+        if not route.severity and not route.alerts:
+            problems.append(Problem((*base, "routes", i), "names no severity and no alerts (it would take every one)"))
+    for i, receiver in enumerate(alerts.receivers):
+        if not receiver.email and not receiver.webhook:
+            problems.append(Problem((*base, "receivers", i), f"receiver '{receiver.name}' has no email and no webhook"))
+        if receiver.email and alerts.smtp is None:
+            problems.append(Problem((*base, "receivers", i, "email"), "e-mail needs monitoring.alerts.smtp"))
+    return problems
 
 
 def _check_control(config: ClusterConfig) -> list[Problem]:

@@ -295,10 +295,55 @@ class Cephfs(Strict):
     mounts: list[CephMount] = Field(default_factory=list)
 
 
+EmailAddress = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}$", max_length=254)
+]
+AlertName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", max_length=100)]
+AlertLabel = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
+AlertDuration = Annotated[str, StringConstraints(pattern=r"^\d{1,5}[smhd]$")]
+SmtpHost = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$", max_length=260)]
+
+
+class AlertReceiver(Strict):
+    """Where alerts go: e-mail addresses and/or a webhook (a chat tool's; its URL, which usually holds a token, is
+    kept in the vault: corectl secrets set-webhook NAME)."""
+
+    name: Identifier
+    email: list[EmailAddress] = Field(default_factory=list)
+    webhook: bool = Field(False, description="post to the URL stored with corectl secrets set-webhook <name>")
+
+
+class AlertRoute(Strict):
+    """Alerts of these severities and/or names go to this receiver instead of the default one."""
+
+    receiver: Identifier
+    severity: list[Literal["warning", "critical"]] = Field(default_factory=list)
+    alerts: list[AlertName] = Field(default_factory=list, description="alert names, e.g. GpuXidError")
+
+
+class Smtp(Strict):
+    smarthost: SmtpHost = Field(description="the mail relay, host:port (no authentication)")
+    sender: EmailAddress = Field(description="the From address")
+    require_tls: bool = True
+
+
+class Alerts(Strict):
+    """Alertmanager on the monitoring node (issue 29): who gets which alert; one message per group, a node that is
+    down does not also page for its GPUs, nodes drained by corectl are silenced until resumed."""
+
+    receiver: Identifier = Field(description="the default receiver")
+    receivers: list[AlertReceiver] = Field(min_length=1)
+    routes: list[AlertRoute] = Field(default_factory=list)
+    smtp: Smtp | None = None
+    group_by: list[AlertLabel] = Field(default_factory=lambda: ["alertname", "node"])
+    repeat_interval: AlertDuration = "4h"
+
+
 class Monitoring(Strict):
     prometheus: bool = True
     scrape_interval: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[smh]$")] = "30s"
     retention: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[hdwy]$")] = "15d"
+    alerts: Alerts | None = None
 
 
 XidNumber = Annotated[int, Field(ge=1, le=999)]
