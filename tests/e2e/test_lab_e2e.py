@@ -966,12 +966,23 @@ def test_drain_and_resume(lab: Path):
     def state() -> str:
         return docker_exec(head, "sinfo", "--noheader", "--Node", "--nodes", "e2e-dgx01", "--format", "%t|%E").strip()
 
+    def silences() -> list[tuple[str, str, str]]:
+        """The active silences in Alertmanager on the head: (matchers, author, comment)."""
+        out = docker_exec(head, "amtool", "--alertmanager.url=http://127.0.0.1:9093", "silence", "query", "-o", "json")
+        return [
+            (",".join(f"{m['name']}={m['value']}" for m in s["matchers"]), s["createdBy"], s["comment"])
+            for s in json.loads(out or "[]")
+        ]
+
     corectl("drain", "e2e-dgx01", "--reason", "e2e maintenance", *args)
     assert state() == "drain|e2e maintenance"
+    assert silences() == [("node=e2e-dgx01", "corectl", "corectl drain: e2e maintenance")]  # issue 29
     again = corectl("drain", "e2e-dgx01", "--reason", "e2e maintenance", *args)
-    assert runs(lab)[-1]["hosts"]["e2e-head01"]["changed"] == 0, again.stdout  # already drained: no-op
+    assert runs(lab)[-1]["hosts"]["e2e-head01"]["changed"] == 0, again.stdout  # already drained, silenced: no-op
+    assert len(silences()) == 1
     corectl("resume", "e2e-dgx01", *args)
     assert wait_for(state, lambda s: s == "idle|none", 60) == "idle|none"
+    assert silences() == []
     refused = corectl("drain", "e2e-head01", "--reason", "x", *args, check=False)
     assert refused.returncode == 2
     assert "not compute nodes of site labtest: e2e-head01" in refused.stderr

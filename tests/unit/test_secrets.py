@@ -129,7 +129,7 @@ def test_cephfs_mounts_need_their_client_key(prod_copy: Path, root: Path, monkey
 
 
 def test_an_alert_webhook_is_kept_in_the_vault(prod_copy: Path, root: Path, monkeypatch: pytest.MonkeyPatch):
-    """A receiver with webhook: true needs its URL (a chat tool's, with its token) in the vault, never in cluster.yml."""
+    """A receiver with webhook: true needs its URL (a chat tool's, with its token) in the vault, not in cluster.yml."""
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD", raising=False)
     monkeypatch.delenv("CORECTL_VAULT_PASSWORD_FILE", raising=False)
     cluster_yml = prod_copy / "cluster.yml"

@@ -178,7 +178,7 @@ VARIANTS = [
         "greater than or equal to 5",
     ),
     # issue 29: Alertmanager's receivers and routes
-    ("    receiver: operators\n", "    receiver: operator\n", "monitoring.alerts.receiver", "unknown receiver 'operator'"),
+    ("    receiver: operators\n", "    receiver: opers\n", "monitoring.alerts.receiver", "unknown receiver 'opers'"),
     (
         "      - {receiver: oncall, severity: [critical]}",
         "      - {receiver: pager, severity: [critical]}",

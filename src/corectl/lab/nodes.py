@@ -203,7 +203,18 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             },
             {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
         ],
-        "monitoring": {"prometheus": True, "scrape_interval": "15s", "retention": "2d"},
+        "monitoring": {
+            "prometheus": True,
+            "scrape_interval": "15s",
+            "retention": "2d",
+            # Alertmanager on the head; its mail goes nowhere (no relay on the lab's network): the e2e test reads
+            # the silences corectl drain sets
+            "alerts": {
+                "receiver": "operators",
+                "receivers": [{"name": "operators", "email": ["operators@lab.corectl.test"]}],
+                "smtp": {"smarthost": "127.0.0.1:25", "sender": "alertmanager@lab.corectl.test", "require_tls": False},
+            },
+        },
         # chrony on a loaded 2-core machine can lose its (same-kernel) source for minutes: a longer grace
         "health": {
             "thresholds": {"clock_unsynced_grace_s": 600},
