@@ -2214,15 +2214,46 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         assert rows == {f"e2e-dgx0{i}": "pass" for i in range(1, 5)}, burn
         assert burn.count("bus bandwidth 470.3 GB/s at 8 GiB") == 4, burn  # the checker's figure for each node
         assert len(runs(lab)[-1]["shards"]) == 2
-        # issue 33, validation's pairwise round over three of them, dgx03's NCCL at a quarter: the checker's
+        # issue 33, validation's pairwise round, run by its own timer's service (started here as the timer starts
+        # it) over the idle nodes, at most max_nodes (3) of them, dgx03's NCCL at a quarter: the checker's
         # nccl-pair (all_reduce_perf across two nodes through srun) as two-node jobs of the validation QOS; dgx01
         # and dgx02 pass together, dgx03 then fails with dgx01 (known good) and is the only node drained
         docker_exec(DGX3, "gpu-sim", "fault", "nccl-slow")
         try:
-            paired = corectl("validate-nodes", "e2e-dgx[01-03]", "--pairwise", *args, check=False)
-            rows = {row[0]: row[1] for row in table_rows(paired.stdout) if row[0].startswith("e2e-")}
-            assert rows == {"e2e-dgx01": "pass", "e2e-dgx02": "pass", "e2e-dgx03": "fail"}, paired.stdout
-            assert paired.returncode == 1, paired.stdout
+            assert docker_exec(HEAD, "systemctl", "is-active", "corectl-validation-pairs.timer").strip() == "active"
+            service = "corectl-validation-pairs.service"
+
+            def unit() -> dict[str, str]:
+                shown = docker_exec(
+                    HEAD,
+                    "systemctl",
+                    "show",
+                    "--property=ExecMainExitTimestampMonotonic",
+                    "--property=ActiveState",
+                    "--property=Result",
+                    "--property=InvocationID",
+                    service,
+                )
+                return dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+
+            before = unit()["ExecMainExitTimestampMonotonic"]
+            docker_exec(HEAD, "systemctl", "start", "--no-block", service)
+            after = wait_for(
+                unit,
+                lambda now: now["ExecMainExitTimestampMonotonic"] != before and now["ActiveState"] != "activating",
+                900,
+            )
+            # exit 1 (a node failed and was drained) is a round that did its work
+            assert (after["ActiveState"], after["Result"]) == ("inactive", "success"), after
+            said = wait_for(  # the program's lines reach the journal through a stream that may trail its exit
+                lambda: docker_exec(HEAD, "journalctl", f"_SYSTEMD_INVOCATION_ID={after['InvocationID']}", "-o", "cat"),
+                lambda text: text.count("\ne2e-dgx") + text.startswith("e2e-dgx") >= 4,
+                60,
+            )
+            rows = {line.split(":")[0]: line.split()[1] for line in said.splitlines() if line.startswith("e2e-dgx")}
+            want = {"e2e-dgx01": "pass", "e2e-dgx02": "pass", "e2e-dgx03": "fail", "e2e-dgx04": "skipped"}
+            assert rows == want, said
+            assert "e2e-dgx04: skipped max_nodes 3 reached" in said, said
             assert slurm_reason("e2e-dgx03") == (
                 "drain|corectl validation: nccl-pair: bus bandwidth 117.6 GB/s at 8 GiB < expected 360 GB/s "
                 "(with e2e-dgx01)"

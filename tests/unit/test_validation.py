@@ -130,8 +130,14 @@ VARIANTS = [
     ("{max_temperature: 87,", "{xid_window_s: 0,", "health.thresholds.xid_window_s", "must be at least 1 (0 would"),
     ("{max_temperature: 87,", "{max_temp: 87,", "health.thresholds.max_temp", "should be 'max_temperature', "),
     ("interval_min: 60,", "interval_min: 0,", "health.validation.interval_min", "greater than or equal to 1"),
-    ("dcgm_level: 2}", "dcgm_level: 4}", "health.validation.dcgm_level", "should be 1, 2 or 3"),
-    ("max_nodes: 2,", "max_nodes: 2, qos: normal,", "health.validation.qos", "QOS 'normal' is a user QOS"),
+    ("dcgm_level: 2,", "dcgm_level: 4,", "health.validation.dcgm_level", "should be 1, 2 or 3"),
+    (
+        "pairwise_interval_min: 1440}",
+        "pairwise_interval_min: 0}",
+        "health.validation.pairwise_interval_min",
+        "greater than or equal to 1",
+    ),
+    ("max_nodes: 4,", "max_nodes: 4, qos: normal,", "health.validation.qos", "QOS 'normal' is a user QOS"),
     # issue 34: backups of the head node
     (
         "{destination: /data/corectl-backups,",

@@ -218,9 +218,16 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
         # chrony on a loaded 2-core machine can lose its (same-kernel) source for minutes: a longer grace
         "health": {
             "thresholds": {"clock_unsynced_grace_s": 600},
-            # validation of idle nodes: the timer's round once a day (the e2e test starts its service itself, so
-            # no round lands in another test's jobs), any idle node, two at once, short jobs
-            "validation": {"interval_min": 1440, "idle_min": 0, "max_nodes": 2, "time_limit_min": 10},
+            # validation of idle nodes: the timers' rounds (single-node and pairwise) once a day (the e2e tests
+            # start their services themselves, so no round lands in another test's jobs), any idle node, three at
+            # once (a pairwise round needs three to tell the bad node of a bad pair), short jobs
+            "validation": {
+                "interval_min": 1440,
+                "idle_min": 0,
+                "max_nodes": 3,
+                "time_limit_min": 10,
+                "pairwise_interval_min": 1440,
+            },
         },
         # backups of the head on CephFS (its own disk may die), two kept; the timer's schedule is a day away (the
         # e2e test starts its service itself)

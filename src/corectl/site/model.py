@@ -381,6 +381,11 @@ class Validation(Strict):
     dcgm_level: Literal[1, 2, 3] = Field(2, description="dcgmi diag level (2: about two minutes on an H100)")
     time_limit_min: Annotated[int, Field(ge=1, le=1440)] = Field(30, description="each validation job's time limit")
     qos: Identifier = Field("validation", description="the QOS corectl adds for its validation jobs")
+    pairwise_interval_min: Annotated[int, Field(ge=1, le=43200)] | None = Field(
+        None,
+        description="how often a second timer runs the pairwise round (NCCL and ib_write_bw between two idle nodes) "
+        "over idle nodes, at most max_nodes of them (minutes; absent: by hand only, corectl validate-nodes --pairwise)",
+    )
 
 
 class Health(Strict):
