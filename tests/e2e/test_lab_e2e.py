@@ -2344,7 +2344,8 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     """Issue 34: a second head stand-in is declared as slurm.backup_controller with slurmctld's state on CephFS; the
     provision moves the saved state there and the running job goes on. With a job running, the primary head's
     container is killed: the backup takes over, the job finishes, a new job runs; the primary returns, takes over
-    again, and the accounting database has both jobs."""
+    again, and the accounting database has both jobs. A restore of the head then stops and restarts the second
+    controller's slurmctld around its own."""
     args = ("--inventory", str(lab))
     cluster_yml = lab / "cluster.yml"
     declared = cluster_yml.read_text()
@@ -2422,6 +2423,22 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     recorded = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "--name=on-the-backup", "-o", "NodeList,State")
     assert "e2e-dgx01|COMPLETED" in recorded.split(), recorded
     docker_exec(HEAD, "scancel", through)
+
+    # a restore with two controllers (the head back to a backup taken now): the second controller's slurmctld is
+    # stopped before the head's (it would take over and write the shared saved state while the backup's is
+    # unpacked) and started after the head answers; then both answer and jobs run again
+    [backup] = json.loads(corectl("backup", *args, "--json").stdout)
+    restored = corectl("restore", *args, "--backup", backup["name"]).stdout
+    record = runs(lab)[-1]
+    assert record["command"].startswith("restore") and record["status"] == "successful", restored
+    assert record["hosts"]["e2e-head02"]["changed"] == 2, record["hosts"]  # its slurmctld stopped, then started
+    assert "/shared/slurm/state" in restored, restored
+    assert "the second controller e2e-head02: slurmctld stopped meanwhile, running again" in restored, restored
+    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
+    assert "Slurmctld(primary) at e2e-head01 is UP" in said and "Slurmctld(backup) at e2e-head02 is UP" in said
+    after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == "e2e-dgx02", 120)
+    assert after.strip() == "e2e-dgx02"
+    assert f"{running}|COMPLETED" in docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running)
 
 
 def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):

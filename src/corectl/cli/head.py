@@ -65,3 +65,5 @@ def restore(
               + (f" and slurmctld's saved state ({done.state})" if done.state else ""), markup=False)  # fmt: skip
     if done.kept_aside:
         out.print(f"the state found there is kept in {done.kept_aside}", markup=False)
+    if done.second:
+        out.print(f"the second controller {done.second}: slurmctld stopped meanwhile, running again", markup=False)

@@ -1,7 +1,8 @@
 """restore: a replacement head (same name and address, provisioned) back to a backup of role backup. The head's
 corectl-backup (playbooks/restore.yml) refuses a backup that does not verify and a database holding jobs newer
-than the backup (unless forced), and loads the database and slurmctld's saved state with both daemons stopped;
-corectl's provision keeps slurmctld stopped on an empty state directory until then."""
+than the backup (unless forced), and loads the database and slurmctld's saved state with both daemons stopped (and
+a second controller's slurmctld too); corectl's provision keeps slurmctld stopped on an empty state directory until
+then."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class Restored:
     created: str
     state: str  # slurmctld's state directory, or "" when the backup held none
     kept_aside: str  # where the state found there was moved, or ""
+    second: str  # the second controller, whose slurmctld was stopped meanwhile and started again, or ""
 
 
 def restore(site: Site, console: Console, backup: str | None, force: bool) -> Restored:
@@ -40,11 +42,14 @@ def restore(site: Site, console: Console, backup: str | None, force: bool) -> Re
     if controllers != [head]:
         raise CorectlError(f"restore expects slurmctld and slurmdbd on one head; cluster.yml has {controllers} "
                            f"and {head}")  # fmt: skip
+    # a second controller's slurmctld is stopped while the head is restored (it would take over and write the
+    # shared state directory) and started again after
+    second = cluster.config.slurm.backup_controller
     request = RunRequest(
         site=site,
         playbook="restore.yml",
         command="restore" + (f" --backup {backup}" if backup else "") + (" --force" if force else ""),
-        limit=head,
+        limit=",".join([head, *([second] if second else [])]),
         extravars={"corectl_restore_backup": backup or "latest", "corectl_restore_force": force},
         secrets=False,
         fan_out=False,
@@ -67,4 +72,5 @@ def restore(site: Site, console: Console, backup: str | None, force: bool) -> Re
         )
         raise CorectlError(f"restore on {head} failed: {str(why or 'see corectl runs --show last').strip()}")
     done = json.loads(res.get("stdout") or "{}")
-    return Restored(head, done["backup"], done["created"], done.get("state", ""), done.get("kept_aside", ""))
+    state, aside = done.get("state", ""), done.get("kept_aside", "")
+    return Restored(head, done["backup"], done["created"], state, aside, second or "")
