@@ -837,13 +837,23 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     docker_exec(HEAD, "rm", "-rf", "/shared/corectl-backups")  # this test's backups only
     [taken] = json.loads(corectl("backup", *args, "--json").stdout)
     assert (taken["host"], taken["verified"]) == ("e2e-head01", "ok"), taken
-    assert taken["files"] == ["corectl-site.tar.gz", "slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]
+    archives = ["prometheus-tsdb.tar.gz", "slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]
+    assert taken["files"] == ["corectl-site.tar.gz", *archives]
     path = f"/shared/corectl-backups/{taken['name']}"
     assert docker_exec(HEAD, "stat", "-c", "%a %U", "/shared/corectl-backups").split() == ["700", "root"]
     # the dump holds the job just run; the state archive slurmctld's job state; corectl's archive the site as
     # corectl keeps it, its secrets vault-encrypted and without the vault password
     assert int(docker_exec(HEAD, "zgrep", "-c", marker, f"{path}/slurm_acct_db.sql.gz")) >= 1
     assert "slurmctld/job_state" in docker_exec(HEAD, "tar", "-tzf", f"{path}/slurmctld-state.tar.gz").split()
+    # Prometheus's data through its snapshot API: the blocks (the head's samples written out as one), and no
+    # snapshot left in Prometheus's data directory
+    tsdb = docker_exec(HEAD, "tar", "-tzf", f"{path}/prometheus-tsdb.tar.gz").split()
+    assert [name for name in tsdb if re.fullmatch(r"prometheus/[0-9A-Z]{26}/meta\.json", name)], tsdb
+    assert docker_exec(HEAD, "ls", "-A", "/var/lib/prometheus/metrics2/snapshots").split() == []
+    # its admin API is on, so its port answers the head itself and operators' networks, not the nodes
+    reach = "import socket; socket.create_connection(('172.29.210.10', 9090), timeout=10)"
+    refused = exec_in(DGX1, "python3", "-c", reach)
+    assert refused.returncode == 1 and "ConnectionRefusedError" in refused.stderr, refused
     site_files = docker_exec(HEAD, "tar", "-tzf", f"{path}/corectl-site.tar.gz").split()
     assert {f"{lab.name}/cluster.yml", f"{lab.name}/secrets/munge.key"} <= set(site_files), site_files
     assert not [name for name in site_files if ".vault-pass" in name or "/.lab" in name], site_files
@@ -858,7 +868,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     kept = json.loads(corectl("backup", "--list", *args, "--json").stdout)
     assert len(kept) == 2 and taken["name"] not in [k["name"] for k in kept], kept
     assert [k["verified"] for k in kept] == ["ok", "ok"]
-    assert kept[-1]["files"] == ["slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]  # the timer's: the head's own
+    assert kept[-1]["files"] == archives  # the timer's: the head's own
     # each outcome reaches Prometheus through node_exporter's textfile collector (role monitoring's alerts)
     query = "/api/v1/query?query=corectl_backup_kept"
 
@@ -2111,6 +2121,17 @@ def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
     wait_for(lambda: docker_exec(HEAD, "scontrol", "ping", check=False), lambda said: "is UP" in said, 60)
     before = {"jobs": done_jobs(*kept), "usage": vision_usage()}
     assert before["jobs"] == [f"{kept[0]}|vision|high|COMPLETED", f"{kept[1]}|vision|normal|COMPLETED"]
+    # what Prometheus knew just before the backup: each node exporter's `up` (the backup snapshots its data)
+    then = f"{time.time():.0f}"
+
+    def up_then() -> list[str]:
+        try:
+            answer = prometheus(HEAD, f"/api/v1/query?query=up%7Bjob%3D%22node%22%7D&time={then}")
+        except subprocess.CalledProcessError:  # Prometheus starting
+            return ["(no answer)"]
+        return sorted(r["metric"]["instance"] for r in answer["data"]["result"])
+
+    before["up"] = wait_for(up_then, lambda up: len(up) >= 3, 90)
     [backup] = json.loads(corectl("backup", *args, "--json").stdout)
     lost = sbatch("--wait", "--account=vision", "--gres=gpu:4", "--wrap", "sleep 10")  # after the backup: not in it
     wait_for(lambda: done_jobs(lost), lambda rows: rows == [f"{lost}|vision|normal|COMPLETED"], 60)
@@ -2127,8 +2148,11 @@ def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
     assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld", check=False).strip() == "inactive"
     assert docker_exec(HEAD, "systemctl", "is-enabled", "slurmctld", check=False).strip() == "disabled"
 
+    # the new head's Prometheus knows nothing of that time
+    assert wait_for(up_then, lambda up: up != ["(no answer)"], 60) == []
     restored = corectl("restore", *args).stdout
     assert f"restored backup {backup['name']} (taken " in restored, restored
+    assert wait_for(up_then, lambda up: up == before["up"], 90) == before["up"]  # Prometheus's data is back
     assert done_jobs(*kept, lost) == before["jobs"]  # the jobs up to the backup, as they were; not the later one
     usage = vision_usage()  # fair-share usage decays (half-life of days): within 1 % of the backup's
     assert abs(usage - before["usage"]) <= before["usage"] / 100, (usage, before["usage"])

@@ -4,14 +4,18 @@ The lab's end-to-end test takes real backups of MariaDB and slurmctld's state.""
 
 from __future__ import annotations
 
+import http.server
 import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
 import tarfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -295,3 +299,116 @@ def test_each_attempt_leaves_its_outcome_for_the_textfile_collector(head: Path):
     (head / "bin" / "mysqldump").write_text(f"#!/bin/sh\nprintf '%s' '{DUMP}'\n")
     (head / "backup.json").write_text(json.dumps({**settings, "metrics_dir": str(head / "nowhere")}))
     assert program(head, "take").returncode == 0 and not (head / "nowhere").exists()
+
+
+class TsdbApi(http.server.BaseHTTPRequestHandler):
+    """The two calls of Prometheus's HTTP API the backup makes, answered as Prometheus 2.x answers them: the
+    flags (storage.tsdb.path) and a snapshot (hard links of the blocks under <tsdb>/snapshots/<name>), or 403 when
+    the admin API is off."""
+
+    tsdb: Path
+    admin_api = True
+
+    def log_message(self, *_: object) -> None:
+        return
+
+    def answer(self, code: int, body: dict | str) -> None:
+        data = (json.dumps(body) if isinstance(body, dict) else body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        assert self.path == "/api/v1/status/flags", self.path
+        self.answer(200, {"status": "success", "data": {"storage.tsdb.path": str(self.tsdb)}})
+
+    def do_POST(self) -> None:
+        assert self.path == "/api/v1/admin/tsdb/snapshot", self.path
+        if not self.admin_api:
+            self.answer(403, '{"status":"error","errorType":"unavailable","error":"admin APIs disabled"}')
+            return
+        name = "20261126T180000Z-2be650b6d019eb54"
+        block = self.tsdb / "snapshots" / name / "01JDQ5Z0000000000000000000"
+        block.mkdir(parents=True)
+        for part in ("meta.json", "index", "tombstones"):
+            os.link(self.tsdb / "01JDQ5Z0000000000000000000" / part, block / part)
+        self.answer(200, {"status": "success", "data": {"name": name}})
+
+
+@pytest.fixture
+def with_prometheus(head: Path) -> Iterator[tuple[Path, type[TsdbApi]]]:
+    """The head's Prometheus: a TSDB with one block, its API on a loopback port, named in the settings."""
+    tsdb = head / "metrics2"
+    block = tsdb / "01JDQ5Z0000000000000000000"
+    block.mkdir(parents=True)
+    for part in ("meta.json", "index", "tombstones"):
+        (block / part).write_text(f"{part} of the block")
+    api = type("Api", (TsdbApi,), {"tsdb": tsdb})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings = json.loads((head / "backup.json").read_text())
+    settings["prometheus_url"] = f"http://127.0.0.1:{server.server_address[1]}"
+    (head / "backup.json").write_text(json.dumps(settings))
+    yield tsdb, api
+    server.shutdown()
+
+
+def test_a_backup_takes_prometheus_data_through_its_snapshot_api_and_leaves_no_snapshot(
+    with_prometheus: tuple[Path, type[TsdbApi]],
+):
+    tsdb, _ = with_prometheus
+    head = tsdb.parent
+    taken = program(head, "take", "--json")
+    assert taken.returncode == 0, taken.stderr
+    [row] = json.loads(taken.stdout)
+    assert "prometheus-tsdb.tar.gz" in row["files"] and row["verified"] == "ok"
+    backup = Path(row["path"])
+    with tarfile.open(backup / "prometheus-tsdb.tar.gz") as tar:
+        assert sorted(tar.getnames()) == [
+            "prometheus",
+            "prometheus/01JDQ5Z0000000000000000000",
+            *(f"prometheus/01JDQ5Z0000000000000000000/{p}" for p in ("index", "meta.json", "tombstones")),
+        ]
+    assert json.loads((backup / "MANIFEST.json").read_text())["prometheus_tsdb"] == str(tsdb)
+    assert list((tsdb / "snapshots").iterdir()) == []  # the snapshot's hard links are gone from Prometheus's disk
+
+
+def test_a_backup_fails_whole_when_prometheus_admin_api_is_off(with_prometheus: tuple[Path, type[TsdbApi]]):
+    tsdb, api = with_prometheus
+    api.admin_api = False
+    failed = program(tsdb.parent, "take")
+    assert failed.returncode == 1
+    assert failed.stderr.strip() == (
+        "corectl-backup: Prometheus /api/v1/admin/tsdb/snapshot: HTTP 403: "
+        '{"status":"error","errorType":"unavailable","error":"admin APIs disabled"}'
+    )
+    assert list((tsdb.parent / "backups").iterdir()) == []
+
+
+def test_a_restore_puts_prometheus_data_back_once_prometheus_is_stopped(
+    with_prometheus: tuple[Path, type[TsdbApi]], monkeypatch: pytest.MonkeyPatch
+):
+    tsdb, _ = with_prometheus
+    head = tsdb.parent
+    (head / "bin" / "mysql").write_text(FAKE_MYSQL)
+    (head / "bin" / "mysql").chmod(0o755)
+    (head / "bin" / "systemctl").write_text(f'#!/bin/sh\ngrep -qx "$3" {head}/active 2>/dev/null\n')
+    (head / "bin" / "systemctl").chmod(0o755)
+    monkeypatch.setenv("FAKE_MYSQL_LOG", str(head / "mysql.log"))
+    [row] = json.loads(program(head, "take", "--json").stdout)
+    # after the backup the head died: its replacement's Prometheus has a fresh, empty TSDB
+    shutil.rmtree(tsdb)
+    (tsdb / "wal").mkdir(parents=True)
+    (head / "active").write_text("prometheus\n")
+    refused = program(head, "restore", row["name"])
+    assert (refused.returncode, refused.stderr.strip()) == (3, "corectl-backup: prometheus running: stop it first")
+    assert sorted(p.name for p in tsdb.iterdir()) == ["wal"]
+    (head / "active").write_text("")
+    done = program(head, "restore", row["name"])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["prometheus"] == str(tsdb)
+    assert (tsdb / "01JDQ5Z0000000000000000000" / "meta.json").read_text() == "meta.json of the block"
+    assert sorted(p.name for p in (head / f"metrics2.before-restore-{row['name']}").iterdir()) == ["wal"]
+    assert not list(head.glob(".metrics2.restoring"))

@@ -149,6 +149,13 @@ VARIANTS = [
     ("retention: 14,", "retention: 0,", "backup.retention", "greater than or equal to 1"),
     ("retention: 14,", "retention: 14, alert_after_h: 0,", "backup.alert_after_h", "greater than or equal to 1"),
     ('schedule: "*-*-* 02:30:00"', 'schedule: "daily; rm -rf /"', "backup.schedule", "should match pattern"),
+    (
+        "roles: [slurm_controller, slurm_dbd, login, monitoring]",
+        "roles: [slurm_controller, slurm_dbd, login]",
+        "backup.prometheus",
+        "needs monitoring.prometheus on a node of role monitoring",
+        "prometheus: true}",
+    ),
     ("logs: {host: head01,", "logs: {host: head09,", "logs.host", "'head09' is not a node of this cluster"),
     ("keep_days: 30, max_mb: 2048}", "keep_days: 0, max_mb: 2048}", "logs.keep_days", "greater than or equal to 1"),
     # issue 34: a backup controller
@@ -295,3 +302,25 @@ def test_validate_reports_node_count(root: Path):
     result = runner.invoke(app, ["validate", "--inventory", "prod"])
     assert result.exit_code == 0, result.output
     assert "valid (13 nodes)" in result.output
+
+
+def test_backup_of_prometheus_data_needs_prometheus_on_the_backups_host(prod_copy: Path):
+    """The backup reads the snapshot Prometheus writes to its own disk: both on the accounting database's host."""
+    _variant(
+        prod_copy,
+        "roles: [slurm_controller, slurm_dbd, login, monitoring]",
+        "roles: [slurm_controller, slurm_dbd, login]",
+    )
+    _variant(
+        prod_copy,
+        "    profile: dgx-h100\n    roles: [compute]\n    rack: r01",
+        "    profile: dgx-h100\n    roles: [compute, monitoring]\n    rack: r01",
+    )
+    result = runner.invoke(app, ["validate", "--inventory", str(prod_copy)])
+    assert result.exit_code == 2, result.output
+    text = (prod_copy / "cluster.yml").read_text()
+    line = text[: text.index("prometheus: true}")].count("\n") + 1
+    assert result.stderr.splitlines() == [
+        f"{prod_copy}/cluster.yml:{line}: backup.prometheus: Prometheus runs on dgx01, dgx02, dgx03, dgx04, dgx05, "
+        "dgx06, the backups on head01: they must be one host (the snapshot is read from Prometheus's own disk)"
+    ]

@@ -229,9 +229,9 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
                 "pairwise_interval_min": 1440,
             },
         },
-        # backups of the head on CephFS (its own disk may die), two kept; the timer's schedule is a day away (the
-        # e2e test starts its service itself)
-        "backup": {"destination": "/shared/corectl-backups", "retention": 2, "schedule": "daily"},
+        # backups of the head on CephFS (its own disk may die), two kept, Prometheus's data with them; the timer's
+        # schedule is a day away (the e2e test starts its service itself)
+        "backup": {"destination": "/shared/corectl-backups", "retention": 2, "schedule": "daily", "prometheus": True},
         # every node's logs on the head (the default log host), a week kept
         "logs": {"keep_days": 7},
         **(

@@ -141,7 +141,7 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_storage(config)
     problems += _check_control(config)
     problems += _check_health(config)
-    problems += _check_backup(config)
+    problems += _check_backup(config, nodes)
     problems += _check_alerts(config)
     problems += _check_failover(config, nodes)
     problems += _check_logs(config, {n.name for n in nodes})
@@ -172,9 +172,18 @@ def _check_logs(config: ClusterConfig, names: set[str]) -> list[Problem]:
     return []
 
 
-def _check_backup(config: ClusterConfig) -> list[Problem]:
+def _check_backup(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     if config.backup is not None and not config.slurm.accounting:
         return [Problem(("backup",), "needs slurm.accounting (a backup holds the accounting database)")]
+    if config.backup is not None and config.backup.prometheus:
+        # the backup runs on the database's host and reads the snapshot Prometheus writes into its own data directory
+        database = [n.name for n in nodes if "slurm_dbd" in n.roles]
+        monitoring = [n.name for n in nodes if "monitoring" in n.roles]
+        if not config.monitoring.prometheus or not monitoring:
+            return [Problem(("backup", "prometheus"), "needs monitoring.prometheus on a node of role monitoring")]
+        if monitoring != database:
+            why = f"Prometheus runs on {', '.join(monitoring)}, the backups on {', '.join(database)}: they must be one"
+            return [Problem(("backup", "prometheus"), why + " host (the snapshot is read from Prometheus's own disk)")]
     return []
 
 

@@ -453,6 +453,12 @@ class Backup(Strict):
     alert_after_h: Annotated[int, Field(ge=1, le=8760)] = Field(
         36, description="HeadBackupTooOld fires when the last good backup is older than this (hours)"
     )
+    prometheus: bool = Field(
+        False,
+        description="Prometheus's data too, through its TSDB snapshot API (its admin API is then on, and its port "
+        "reachable only from the monitoring node itself and the firewall's allowed networks); needs Prometheus on "
+        "the accounting database's host",
+    )
 
     @field_validator("destination")
     @classmethod
