@@ -1,7 +1,8 @@
 """Site secrets: generated here on the control host, stored ansible-vault encrypted with the site.
 
 inventories/<site>/secrets/munge.key    1024 random bytes (vault-encrypted, binary)
-inventories/<site>/secrets/secrets.yml  vault-encrypted YAML of generated passwords
+inventories/<site>/secrets/secrets.yml  vault-encrypted YAML of generated passwords (and the backup host's
+                                        SSH key, when cluster.yml's backup names one)
 
 The vault password comes from CORECTL_VAULT_PASSWORD_FILE, or CORECTL_VAULT_PASSWORD, or the
 site's .vault-pass file (git-ignored; created by `corectl secrets init` when none is given).
@@ -120,12 +121,50 @@ def init(site: Site) -> list[str]:
         made.append(str(files.munge_key))
     values = read_values(site)
     missing = [name for name in PASSWORDS if name not in values]
+    for name in missing:
+        values[name] = random.token_urlsafe(32)
+    if backup_host_declared(site) and BACKUP_SSH_KEY not in values:
+        values[BACKUP_SSH_KEY] = _new_ssh_key()
+        missing.append(BACKUP_SSH_KEY)
     if missing:
-        for name in missing:
-            values[name] = random.token_urlsafe(32)
         _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
         made.extend(f"{files.variables}:{name}" for name in missing)
     return made
+
+
+BACKUP_SSH_KEY = "corectl_backup_ssh_key"
+
+
+def _new_ssh_key() -> str:
+    """A new ed25519 private key in OpenSSH's format."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    encoding, fmt = serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH
+    return key.private_bytes(encoding, fmt, serialization.NoEncryption()).decode()
+
+
+def backup_host_declared(site: Site) -> bool:
+    from corectl.site.loader import load_cluster
+
+    backup = load_cluster(site.directory).config.backup
+    return backup is not None and backup.ssh is not None
+
+
+def backup_public_key(site: Site) -> str:
+    """The public half of the site's backup key, for the backup host's authorized_keys."""
+    from cryptography.hazmat.primitives import serialization
+
+    stored = str(read_values(site).get(BACKUP_SSH_KEY, ""))
+    if not stored:
+        raise CorectlError(
+            f"site {site.name} has no backup key (cluster.yml backup.ssh names no backup host, or corectl secrets "
+            f"init --inventory {site.name} has not run since)"
+        )
+    key = serialization.load_ssh_private_key(stored.encode(), password=None)
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return f"{public.decode()} corectl-backup@{site.name}"
 
 
 CEPH_KEYS = "corectl_cephfs_client_keys"
@@ -235,6 +274,11 @@ def check(site: Site) -> None:
                 f"{files.variables}: no webhook URL for alert receiver {receiver}; store it with: "
                 f"corectl secrets set-webhook {receiver} --inventory {site.name} (the URL on standard input)"
             )
+    if backup_host_declared(site) and "OPENSSH PRIVATE KEY" not in str(values.get(BACKUP_SSH_KEY, "")):
+        raise CorectlError(
+            f"{files.variables}: no SSH key for the backup host (cluster.yml backup.ssh); make it with: "
+            f"corectl secrets init --inventory {site.name}"
+        )
     keys = values.get(CEPH_KEYS) or {}
     for client in ceph_clients(site):
         if not CEPH_KEY.match(str(keys.get(client, ""))):

@@ -886,6 +886,79 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     assert rows == {kept[0]["name"]: "ok", kept[-1]["name"]: corrupt}, broken.stdout
 
 
+CEPH = "corectl-labtest-e2e-ceph"  # the stand-in Ceph server's container: the backup host of the next test
+
+
+def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
+    """Issue 34: with backup.ssh naming a backup host (the Ceph stand-in's machine and its sshd), the head sends
+    each backup there with tar over SSH, logging in with the key corectl made for the site (`corectl secrets
+    backup-key`, the one line an operator puts in authorized_keys) and trusting only the pinned host key; the
+    listing verifies them there, the timer keeps the retention count there, nothing stays on the head, and a
+    restore check fetches one back. A host answering with another host key is refused."""
+    args = ("--inventory", str(lab))
+    cluster_yml = lab / "cluster.yml"
+    declared = cluster_yml.read_text()
+    host_key = " ".join(docker_exec(CEPH, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
+    config = yaml.safe_load(declared)
+    backup_host = {"host": "172.29.210.5", "user": "corectl-backup", "host_key": host_key}
+    config["backup"].update(destination="/srv/corectl-backups", ssh=backup_host)
+    cluster_yml.write_text(yaml.safe_dump(config, sort_keys=False))
+    where = "corectl-backup@172.29.210.5:/srv/corectl-backups"
+    try:
+        assert "corectl_backup_ssh_key" in corectl("secrets", "init", *args).stdout
+        public = corectl("secrets", "backup-key", *args).stdout.strip()
+        assert re.fullmatch(rf"ssh-ed25519 [A-Za-z0-9+/]+ corectl-backup@{lab.name}", public), public
+        # the backup host's administrator: a user for the backups with that key, and the directory for them
+        docker_exec(CEPH, "useradd", "--create-home", "corectl-backup", check=False)
+        prepare = (
+            "install -d -m 700 -o corectl-backup ~corectl-backup/.ssh /srv/corectl-backups"
+            f" && printf '%s\\n' '{public}' > ~corectl-backup/.ssh/authorized_keys"
+            " && chown corectl-backup ~corectl-backup/.ssh/authorized_keys"
+        )
+        docker_exec(CEPH, "sh", "-c", prepare)
+        corectl("provision", *args, "--limit", "e2e-head01", "--tags", "backup")
+        assert docker_exec(HEAD, "stat", "-c", "%a %U", "/etc/corectl/backup-ssh/id_ed25519").split() == ["600", "root"]
+        [taken] = json.loads(corectl("backup", *args, "--json").stdout)
+        assert (taken["verified"], taken["path"]) == ("ok", f"{where}/{taken['name']}"), taken
+        there = f"/srv/corectl-backups/{taken['name']}"
+        assert sorted(docker_exec(CEPH, "ls", there).split()) == [
+            "MANIFEST.json",
+            "corectl-site.tar.gz",
+            "prometheus-tsdb.tar.gz",
+            "slurm_acct_db.sql.gz",
+            "slurmctld-state.tar.gz",
+        ]
+        assert docker_exec(CEPH, "stat", "-c", "%U", f"{there}/slurm_acct_db.sql.gz").strip() == "corectl-backup"
+        assert docker_exec(HEAD, "ls", "-A", "/var/lib/corectl/backup-staging").split() == []  # nothing left here
+        # the timer's own service twice more: the newest two kept on the backup host, each verifying there
+        for _ in range(2):
+            docker_exec(HEAD, "systemctl", "start", "corectl-backup.service")  # oneshot: returns when it is done
+        kept = json.loads(corectl("backup", "--list", *args, "--json").stdout)
+        assert [k["verified"] for k in kept] == ["ok", "ok"] and taken["name"] not in [k["name"] for k in kept], kept
+        assert sorted(docker_exec(CEPH, "ls", "/srv/corectl-backups").split()) == [k["name"] for k in kept]
+        # a byte changed there: named by the listing
+        newest = f"/srv/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
+        docker_exec(CEPH, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+        broken = corectl("backup", "--list", *args, check=False)
+        assert broken.returncode == 1, broken.stdout
+        rows = {row[0]: row[3] for row in table_rows(broken.stdout) if row[0].startswith("20")}
+        corrupt = "corrupt: slurm_acct_db.sql.gz does not match its checksum"
+        assert rows == {kept[0]["name"]: "ok", kept[-1]["name"]: corrupt}, broken.stdout
+        # a restore check fetches the other back to the head (and leaves no copy)
+        checked = exec_in(HEAD, "corectl-backup", "restore", kept[0]["name"], "--check", "--force")
+        assert checked.returncode == 0 and json.loads(checked.stdout)["backup"] == kept[0]["name"], checked
+        assert docker_exec(HEAD, "ls", "-A", "/var/lib/corectl/backup-staging").split() == []
+        # another host key at that address (the head's own, as a host put in its place would show): refused
+        impostor = " ".join(docker_exec(HEAD, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
+        docker_exec(HEAD, "sh", "-c", f"echo '172.29.210.5 {impostor}' > /etc/corectl/backup-ssh/known_hosts")
+        refused = exec_in(HEAD, "corectl-backup", "list")
+        assert refused.returncode == 1 and "Host key verification failed" in refused.stderr, refused
+    finally:
+        cluster_yml.write_text(declared)
+        corectl("provision", *args, "--limit", "e2e-head01", "--tags", "backup")
+    assert exec_in(HEAD, "test", "-e", "/etc/corectl/backup-ssh").returncode == 1  # the key is gone with the host
+
+
 def test_every_nodes_logs_reach_the_head_and_are_read_there_while_the_node_is_down(lab: Path):
     """Issue 29: each node's rsyslog forwards its journal to the head over TCP; `corectl logs NODE` reads the
     head's copy (named from the sender's address), also while the node is stopped."""
@@ -2484,6 +2557,8 @@ def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
         # (line 5 of the key file holds the private key bytes; the lines before hold public parts)
         "node ssh key": (lab / ".lab" / "id_ed25519").read_text().splitlines()[4].encode(),
     }
+    if "corectl_backup_ssh_key" in values:  # made by the backup host test
+        needles["backup ssh key"] = values["corectl_backup_ssh_key"].splitlines()[4].encode()  # private bytes
     assert needles["bmc password"] == (lab / ".lab" / "bmc.password").read_bytes().strip()
     kept = [p for d in (lab / ".runs", lab / ".facts") for p in d.rglob("*") if p.is_file()]
     assert len(kept) > 100

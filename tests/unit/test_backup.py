@@ -412,3 +412,94 @@ def test_a_restore_puts_prometheus_data_back_once_prometheus_is_stopped(
     assert (tsdb / "01JDQ5Z0000000000000000000" / "meta.json").read_text() == "meta.json of the block"
     assert sorted(p.name for p in (head / f"metrics2.before-restore-{row['name']}").iterdir()) == ["wal"]
     assert not list(head.glob(".metrics2.restoring"))
+
+
+FAKE_SSH = """#!/bin/sh
+# a backup host in a directory of this machine: the remote command runs here; the options are recorded
+printf '%s\\036' "$*" >> "$FAKE_SSH_LOG"
+while [ "$1" != "--" ]; do shift; done
+shift
+exec sh -c "$1"
+"""
+
+
+@pytest.fixture
+def over_ssh(head: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The head's settings pointing at a backup host over SSH (an ssh on PATH that runs the command here)."""
+    (head / "bin" / "ssh").write_text(FAKE_SSH)
+    (head / "bin" / "ssh").chmod(0o755)
+    monkeypatch.setenv("FAKE_SSH_LOG", str(head / "ssh.log"))
+    settings = json.loads((head / "backup.json").read_text())
+    settings["destination"] = str(head / "backup-host" / "corectl")
+    settings["staging"] = str(head / "staging")
+    settings["ssh"] = {"host": "backup01", "port": 2222, "user": "corectl-backup", "key": "/etc/corectl/backup-ssh/id",
+                       "known_hosts": "/etc/corectl/backup-ssh/known_hosts"}  # fmt: skip
+    (head / "backup.json").write_text(json.dumps(settings))
+    return head
+
+
+def test_backups_to_a_backup_host_go_over_ssh_and_verify_there(over_ssh: Path):
+    head = over_ssh
+    names = []
+    for _ in range(3):
+        taken = program(head, "take", "--json")
+        assert taken.returncode == 0, taken.stderr
+        [row] = json.loads(taken.stdout)
+        assert (
+            row["verified"] == "ok"
+            and row["path"] == f"corectl-backup@backup01:{head}/backup-host/corectl/{row['name']}"
+        )
+        names.append(row["name"])
+    kept = sorted(p.name for p in (head / "backup-host" / "corectl").iterdir())
+    assert kept == names[1:]  # retention 2, on the backup host; nothing half-sent left there
+    assert list((head / "staging").iterdir()) == []  # and nothing left on the head
+    assert oct((head / "backup-host" / "corectl").stat().st_mode & 0o777) == "0o700"
+    with tarfile.open(head / "backup-host" / "corectl" / names[-1] / "slurmctld-state.tar.gz") as tar:
+        assert "slurmctld/job_state" in tar.getnames()
+    # every ssh call: the site's key, its known host key only, never a prompt
+    calls = (head / "ssh.log").read_text().split("\x1e")[:-1]
+    assert calls and all(
+        call.startswith(
+            "-i /etc/corectl/backup-ssh/id -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=yes "
+            "-o UserKnownHostsFile=/etc/corectl/backup-ssh/known_hosts "
+        )
+        and " corectl-backup@backup01 -- sh -c " in call
+        for call in calls
+    ), calls
+    # a byte changed on the backup host: the listing over ssh names it
+    with open(head / "backup-host" / "corectl" / names[-1] / "slurm_acct_db.sql.gz", "r+b") as handle:
+        handle.seek(3)
+        handle.write(b"X")
+    listed = {row["name"]: row["verified"] for row in json.loads(program(head, "list", "--json").stdout)}
+    assert listed == {names[1]: "ok", names[2]: "corrupt: slurm_acct_db.sql.gz does not match its checksum"}
+    assert program(head, "verify", names[1]).stdout.strip() == f"{names[1]}: ok"
+
+
+def test_a_restore_check_fetches_the_backup_from_the_backup_host(over_ssh: Path, monkeypatch: pytest.MonkeyPatch):
+    head = over_ssh
+    (head / "bin" / "mysql").write_text(FAKE_MYSQL)
+    (head / "bin" / "mysql").chmod(0o755)
+    monkeypatch.setenv("FAKE_MYSQL_LOG", str(head / "mysql.log"))
+    [row] = json.loads(program(head, "take", "--json").stdout)
+    checked = program(head, "restore", "latest", "--check")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["backup"] == row["name"]
+    assert list((head / "staging").iterdir()) == []  # the fetched copy is gone again
+    missing = program(head, "restore", "20200101T000000Z", "--check")
+    assert (missing.returncode, missing.stderr.strip()) == (
+        3,
+        f"corectl-backup: no backup 20200101T000000Z in corectl-backup@backup01:{head}/backup-host/corectl/",
+    )
+
+
+def test_a_backup_host_that_refuses_leaves_nothing_behind(over_ssh: Path):
+    head = over_ssh
+    (head / "bin" / "ssh").write_text(
+        "#!/bin/sh\necho 'corectl-backup@backup01: Permission denied (publickey).' >&2\nexit 255\n"
+    )
+    failed = program(head, "take")
+    assert failed.returncode == 1
+    assert failed.stderr.strip() == (
+        "corectl-backup: on backup01 (ssh rc 255): corectl-backup@backup01: Permission denied (publickey)."
+    )
+    assert not (head / "staging").exists() or list((head / "staging").iterdir()) == []

@@ -152,3 +152,35 @@ def test_an_alert_webhook_is_kept_in_the_vault(prod_copy: Path, root: Path, monk
     assert secrets.read_values(site)[secrets.ALERT_WEBHOOKS] == {"oncall": url}
     assert b"tokenabc123" not in (prod_copy / "secrets" / "secrets.yml").read_bytes()
     assert "tokenabc123" not in cluster_yml.read_text()
+
+
+def test_a_backup_host_gets_a_key_of_the_sites_own(site: Site):
+    """backup.ssh: corectl makes the head's login key for the backup host, once, in the vault; its public half is
+    what `corectl secrets backup-key` prints; check refuses a site that names a backup host without one."""
+    secrets.init(site)
+    assert secrets.BACKUP_SSH_KEY not in secrets.read_values(site)  # no backup host: no key
+    with pytest.raises(CorectlError, match="has no backup key"):
+        secrets.backup_public_key(site)
+    cluster_yml = site.directory / "cluster.yml"
+    config = yaml.safe_load(cluster_yml.read_text())
+    host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE4cR7a1uZqk0mXbH2cQfEaR0w9yL2v9mHhC1k3j7a1b"
+    config["backup"]["ssh"] = {"host": "backup01.example.org", "host_key": host_key}
+    cluster_yml.write_text(yaml.safe_dump(config))
+    with pytest.raises(CorectlError, match=r"no SSH key for the backup host .*corectl secrets init"):
+        secrets.check(site)
+    made = secrets.init(site)
+    assert made == [f"{secrets.SecretFiles(site).variables}:corectl_backup_ssh_key"]
+    secrets.check(site)
+    private = secrets.read_values(site)[secrets.BACKUP_SSH_KEY]
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    assert private.splitlines()[4].encode() not in (site.directory / "secrets" / "secrets.yml").read_bytes()
+    public = secrets.backup_public_key(site)
+    assert public.startswith("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA") and public.endswith(f" corectl-backup@{site.name}")
+    # ssh-keygen derives the same public key from the private one
+    key_file = site.directory / "id"
+    key_file.write_text(private)
+    key_file.chmod(0o600)
+    derived = subprocess.run(["ssh-keygen", "-y", "-f", str(key_file)], capture_output=True, text=True, check=True)
+    assert derived.stdout.split()[:2] == public.split()[:2]
+    assert secrets.init(site) == []  # made once
+    assert secrets.read_values(site)[secrets.BACKUP_SSH_KEY] == private

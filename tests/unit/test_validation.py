@@ -150,6 +150,13 @@ VARIANTS = [
     ("retention: 14,", "retention: 14, alert_after_h: 0,", "backup.alert_after_h", "greater than or equal to 1"),
     ('schedule: "*-*-* 02:30:00"', 'schedule: "daily; rm -rf /"', "backup.schedule", "should match pattern"),
     (
+        "prometheus: true}",
+        "prometheus: true, ssh: {host: backup01, host_key: ssh-ed25519 notakey!}}",
+        "backup.ssh.host_key",
+        "should match pattern",
+    ),
+    ("prometheus: true}", "prometheus: true, ssh: {host_key: x}}", "backup.ssh.host", "required key"),
+    (
         "roles: [slurm_controller, slurm_dbd, login, monitoring]",
         "roles: [slurm_controller, slurm_dbd, login]",
         "backup.prometheus",

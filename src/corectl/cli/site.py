@@ -129,3 +129,12 @@ def secrets_set_bmc(
     with policy.changing(site, wait):
         line = secrets.set_bmc(site, user, password)
     out.print(line)
+
+
+@secrets_app.command("backup-key")
+def secrets_backup_key(inventory: InventoryOpt = None) -> None:
+    """Print the public key the head logs in to the backup host with (cluster.yml backup.ssh): put it in that
+    user's authorized_keys there."""
+    from corectl.commands import secrets
+
+    out.print(secrets.backup_key(policy.site(inventory)), markup=False, soft_wrap=True)

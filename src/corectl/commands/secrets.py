@@ -1,4 +1,5 @@
-"""secrets init, check, set-ceph-key, set-bmc, set-webhook: the site's vault-encrypted secrets (corectl.secrets)."""
+"""secrets init, check, set-ceph-key, set-bmc, set-webhook, backup-key: the site's vault-encrypted secrets
+(corectl.secrets)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,7 @@ def set_bmc(site: Site, user: str, password: str) -> str:
 def set_webhook(site: Site, receiver: str, url: str) -> str:
     secrets.set_webhook(site, receiver, url)
     return f"{site.name}: webhook for alert receiver {receiver} stored (vault-encrypted)"
+
+
+def backup_key(site: Site) -> str:
+    return secrets.backup_public_key(site)

@@ -441,13 +441,28 @@ class Control(Strict):
 CalendarSpec = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9*:.,/~ -]{1,100}$")]
 
 
+class BackupHost(Strict):
+    """A backup host reached over SSH (issue 34): the head sends each backup there with tar and reads them back the
+    same way; the host needs sshd, sh, tar, find and coreutils, and the site's backup key in its user's
+    authorized_keys (`corectl secrets backup-key`)."""
+
+    host: HostAddress = Field(description="the backup host's name or address, as the head reaches it")
+    port: Port = 22
+    user: PosixUser = Field("corectl-backup", description="the user the head logs in as there")
+    host_key: Annotated[
+        str, StringConstraints(pattern=r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+={0,3}$")
+    ] = Field(description="its SSH host key, as `ssh-keyscan` or its ssh_host_*_key.pub prints it (type and key)")
+
+
 class Backup(Strict):
     """Backups of the head node (issue 34): the accounting database as one transaction and slurmctld's saved state,
     taken on a timer on the database's host; `corectl backup` takes one now with what corectl keeps as well."""
 
     destination: str = Field(
-        description="where backups are written on the head: an absolute path (shared storage, or a mounted disk)"
+        description="where backups are written: an absolute path on the head (shared storage, or a mounted disk), "
+        "or on the backup host when `ssh` is set"
     )
+    ssh: BackupHost | None = Field(None, description="a backup host over SSH to keep the backups on")
     retention: Annotated[int, Field(ge=1, le=10000)] = Field(7, description="backups kept; older ones are removed")
     schedule: CalendarSpec = Field("daily", description="when the timer takes one (systemd OnCalendar)")
     alert_after_h: Annotated[int, Field(ge=1, le=8760)] = Field(
