@@ -503,3 +503,25 @@ def test_a_backup_host_that_refuses_leaves_nothing_behind(over_ssh: Path):
         "corectl-backup: on backup01 (ssh rc 255): corectl-backup@backup01: Permission denied (publickey)."
     )
     assert not (head / "staging").exists() or list((head / "staging").iterdir()) == []
+
+
+def test_a_state_file_renamed_while_it_is_archived_is_left_out(head: Path, monkeypatch: pytest.MonkeyPatch):
+    """slurmctld keeps running during a backup (on a second controller too): a file listed and then renamed away
+    (its heartbeat.new, a job_state.new) is left out, the rest archived, and the backup taken."""
+    loader = importlib.machinery.SourceFileLoader("corectl_backup", str(PROGRAM))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    (head / "slurmctld" / "heartbeat.new").write_bytes(b"beat")
+    gettarinfo = module.tarfile.TarFile.gettarinfo
+
+    def renamed_away(self, name=None, arcname=None, fileobj=None):
+        if str(name).endswith("heartbeat.new"):  # listed, then renamed by slurmctld before it is read
+            raise FileNotFoundError(2, "No such file or directory", str(name))
+        return gettarinfo(self, name, arcname, fileobj)
+
+    monkeypatch.setattr(module.tarfile.TarFile, "gettarinfo", renamed_away)
+    module.archive(head / "slurmctld", head / "state.tar.gz")
+    with tarfile.open(head / "state.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["slurmctld", "slurmctld/assoc_usage", "slurmctld/job_state"]
