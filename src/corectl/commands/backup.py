@@ -37,6 +37,7 @@ class Kept:
     size: int
     files: tuple[str, ...]
     verified: str  # "ok", or what is wrong
+    path: str  # where it is: a directory of the head, or user@host:directory on the backup host
 
 
 def site_archive(site: Site, directory: Path) -> Path:
@@ -58,7 +59,7 @@ def site_archive(site: Site, directory: Path) -> Path:
 @dataclass(frozen=True)
 class Backups:
     head: str
-    destination: str
+    destination: str  # head:directory, or user@host:directory on the backup host
     kept: list[Kept]
     list_only: bool  # False: kept holds the backup just taken
 
@@ -90,9 +91,16 @@ def backup(site: Site, console: Console, list_only: bool) -> Backups:
         raise CorectlError(f"backup on {head} failed: {str(said).strip()}")
     rows = json.loads(res.get("stdout") or "[]")
     kept = [
-        Kept(r["name"], r["created"], int(r["age_s"]), int(r["size"]), tuple(r["files"]), r["verified"]) for r in rows
+        Kept(r["name"], r["created"], int(r["age_s"]), int(r["size"]), tuple(r["files"]), r["verified"], r["path"])
+        for r in rows
     ]
-    return Backups(head, cluster.config.backup.destination, kept, list_only)
+    ssh = cluster.config.backup.ssh
+    where = (
+        f"{ssh.user}@{ssh.host}:{cluster.config.backup.destination}"
+        if ssh
+        else f"{head}:{cluster.config.backup.destination}"
+    )
+    return Backups(head, where, kept, list_only)
 
 
 def size_text(size: int) -> str:
@@ -118,7 +126,7 @@ def backups_json(backups: Backups) -> list[dict[str, object]]:
 
 
 def table(backups: Backups) -> Table:
-    where = f"{backups.head}:{backups.destination}"
+    where = backups.destination
     shown = Table(title=f"backups on {where}" if backups.list_only else f"backup taken on {where}")
     for column in ("backup", "size", "age", "verified", "holds"):
         shown.add_column(column)
