@@ -835,6 +835,9 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     sacct = ("sacct", "-j", job, "-X", "-n", "-o", "State")
     wait_for(lambda: docker_exec(HEAD, *sacct).split(), lambda states: states == ["COMPLETED"], 120)
     docker_exec(HEAD, "rm", "-rf", "/shared/corectl-backups")  # this test's backups only
+    # the provision may have started Prometheus seconds ago: its snapshot holds a block once it holds samples
+    up = "/api/v1/query?query=up%7Bjob%3D%22node%22%7D"
+    wait_for(lambda: prometheus(HEAD, up)["data"]["result"], lambda series: len(series) >= 3, 120)
     [taken] = json.loads(corectl("backup", *args, "--json").stdout)
     assert (taken["host"], taken["verified"]) == ("e2e-head01", "ok"), taken
     archives = ["prometheus-tsdb.tar.gz", "slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]
