@@ -146,8 +146,11 @@ def _new_ssh_key() -> str:
 
 
 def backup_host_declared(site: Site) -> bool:
+    """Whether cluster.yml names a backup host (a site without its cluster.yml yet names none)."""
     from corectl.site.loader import load_cluster
 
+    if not site.cluster_file.is_file():
+        return False
     backup = load_cluster(site.directory).config.backup
     return backup is not None and backup.ssh is not None
 

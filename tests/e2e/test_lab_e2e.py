@@ -771,9 +771,11 @@ def test_a_job_of_a_preempting_qos_requeues_a_preemptable_one(lab: Path):
             shown = docker_exec(HEAD, "scontrol", "show", "job", low)
             return int(re.search(r"Restarts=(\d+)", shown).group(1))  # type: ignore[union-attr]
 
-        # the low job was requeued (not cancelled): back in the queue, its restart count up
+        # the low job was requeued (not cancelled): its restart count up and, once its nodes ran the epilog
+        # (REQUEUED/COMPLETING meanwhile), back in the queue
         assert wait_for(restarts, lambda n: n >= 1, 60) >= 1
-        assert job_state(low).startswith("PENDING"), job_state(low)
+        state = wait_for(lambda: job_state(low), lambda s: s.startswith("PENDING"), 90)
+        assert state.startswith("PENDING"), state
     finally:
         docker_exec(HEAD, "scancel", "--user=alice")
     assert wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--user=alice"), lambda q: q.strip() == "") == ""
