@@ -183,14 +183,19 @@ else:
 """
 
 
-@pytest.fixture
-def restorable(head: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
-    """A head with one backup, a mysql answering from the environment, and slurmctld and slurmdbd stopped."""
+def restore_tools(head: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mysql answering from the environment, and a systemctl saying the units named in <head>/active run."""
     (head / "bin" / "mysql").write_text(FAKE_MYSQL)
     (head / "bin" / "mysql").chmod(0o755)
     (head / "bin" / "systemctl").write_text(f'#!/bin/sh\ngrep -qx "$3" {head}/active 2>/dev/null\n')
     (head / "bin" / "systemctl").chmod(0o755)
     monkeypatch.setenv("FAKE_MYSQL_LOG", str(head / "mysql.log"))
+
+
+@pytest.fixture
+def restorable(head: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A head with one backup, a mysql answering from the environment, and slurmctld and slurmdbd stopped."""
+    restore_tools(head, monkeypatch)
     [row] = json.loads(program(head, "take", "--json").stdout)
     # after the backup: slurmctld's state moves on, and the database gets a job (on a real head)
     (head / "slurmctld" / "job_state").write_bytes(b"newer state")
@@ -392,11 +397,7 @@ def test_a_restore_puts_prometheus_data_back_once_prometheus_is_stopped(
 ):
     tsdb, _ = with_prometheus
     head = tsdb.parent
-    (head / "bin" / "mysql").write_text(FAKE_MYSQL)
-    (head / "bin" / "mysql").chmod(0o755)
-    (head / "bin" / "systemctl").write_text(f'#!/bin/sh\ngrep -qx "$3" {head}/active 2>/dev/null\n')
-    (head / "bin" / "systemctl").chmod(0o755)
-    monkeypatch.setenv("FAKE_MYSQL_LOG", str(head / "mysql.log"))
+    restore_tools(head, monkeypatch)
     [row] = json.loads(program(head, "take", "--json").stdout)
     # after the backup the head died: its replacement's Prometheus has a fresh, empty TSDB
     shutil.rmtree(tsdb)
