@@ -24,13 +24,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from corectl.errors import CorectlError
 from corectl.files import atomic_write
 from corectl.site import Site
+
+if TYPE_CHECKING:
+    from corectl.site.model import ClusterConfig
 
 MUNGE_KEY_BYTES = 1024
 PASSWORD_MIN = 24
@@ -126,6 +129,9 @@ def init(site: Site) -> list[str]:
     if backup_host_declared(site) and BACKUP_SSH_KEY not in values:
         values[BACKUP_SSH_KEY] = _new_ssh_key()
         missing.append(BACKUP_SSH_KEY)
+    if grafana_declared(site) and GRAFANA_PASSWORD not in values:
+        values[GRAFANA_PASSWORD] = random.token_urlsafe(32)
+        missing.append(GRAFANA_PASSWORD)
     if missing:
         _write_encrypted(files.variables, yaml.safe_dump(values, sort_keys=True).encode(), password)
         made.extend(f"{files.variables}:{name}" for name in missing)
@@ -133,6 +139,20 @@ def init(site: Site) -> list[str]:
 
 
 BACKUP_SSH_KEY = "corectl_backup_ssh_key"
+GRAFANA_PASSWORD = "corectl_grafana_admin_password"
+
+
+def grafana_declared(site: Site) -> bool:
+    """Whether cluster.yml runs Grafana (monitoring.grafana; a site without its cluster.yml yet runs none)."""
+    config = _site_config(site)
+    return config is not None and config.monitoring.grafana is not None
+
+
+def _site_config(site: Site) -> ClusterConfig | None:
+    """cluster.yml's settings, or None for a site without its cluster.yml yet (secrets may come first)."""
+    from corectl.site.loader import load_cluster
+
+    return load_cluster(site.directory).config if site.cluster_file.is_file() else None
 
 
 def _new_ssh_key() -> str:
@@ -147,12 +167,8 @@ def _new_ssh_key() -> str:
 
 def backup_host_declared(site: Site) -> bool:
     """Whether cluster.yml names a backup host (a site without its cluster.yml yet names none)."""
-    from corectl.site.loader import load_cluster
-
-    if not site.cluster_file.is_file():
-        return False
-    backup = load_cluster(site.directory).config.backup
-    return backup is not None and backup.ssh is not None
+    config = _site_config(site)
+    return config is not None and config.backup is not None and config.backup.ssh is not None
 
 
 def backup_public_key(site: Site) -> str:
@@ -281,6 +297,12 @@ def check(site: Site) -> None:
         raise CorectlError(
             f"{files.variables}: no SSH key for the backup host (cluster.yml backup.ssh); make it with: "
             f"corectl secrets init --inventory {site.name}"
+        )
+    grafana = str(values.get(GRAFANA_PASSWORD, ""))
+    if grafana_declared(site) and (grafana.strip().lower() in PLACEHOLDERS or len(grafana) < PASSWORD_MIN):
+        raise CorectlError(
+            f"{files.variables}: {GRAFANA_PASSWORD} (Grafana's admin user, cluster.yml monitoring.grafana) is missing, "
+            f"a placeholder or shorter than {PASSWORD_MIN}; make it with: corectl secrets init --inventory {site.name}"
         )
     keys = values.get(CEPH_KEYS) or {}
     for client in ceph_clients(site):

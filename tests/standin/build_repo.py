@@ -49,6 +49,7 @@ FM_SUFFIX = {"550.163.01": "-550", "580.95.05": "", "580.105.08": ""}
 DCGM_VERSIONS = ("4.2.3", "4.1.1")
 EXPORTER_VERSION = "4.2.3-4.1.3"
 CONTAINER_CLI_VERSION = "1.17.8"
+GRAFANA_VERSION = "11.6.0"
 # enroot and pyxis are the real thing, built from pristine upstream release sources (the archives
 # GitHub serves for the tags; see upstream_dir()), verified by these sha256.
 ENROOT_VERSION = "4.1.2"
@@ -104,8 +105,8 @@ class Package:
         return (
             text + f"Description: {self.summary} (corectl test stand-in)\n"
             " Test stand-in built by corectl's test suite. It mimics the interface of the\n"
-            " real package closely enough for provisioning and health checks, over simulated\n"
-            " GPUs (gpu-sim). It is not NVIDIA software and drives no hardware.\n"
+            " real package closely enough for provisioning and health checks (over simulated\n"
+            " GPUs, gpu-sim, where it concerns GPUs). It is not the vendor's software.\n"
         )
 
 
@@ -266,8 +267,33 @@ def container_cli_package() -> Package:
     return pkg
 
 
+def grafana_package() -> Package:
+    """Grafana (from Grafana's own repository on real sites): the real package's paths, unit and
+    defaults, with a stand-in server (grafana/grafana.py). Like the real package, installing it
+    neither enables nor starts the service."""
+    pkg = Package(
+        "grafana", GRAFANA_VERSION, "Grafana (dashboards over data sources)", depends=["python3", "python3-yaml"]
+    )
+    pkg.add("/usr/share/grafana/bin/grafana", with_version("grafana/grafana.py", GRAFANA_VERSION), 0o755)
+    pkg.add("/usr/sbin/grafana-server", '#!/bin/sh\nexec /usr/share/grafana/bin/grafana server "$@"\n', 0o755)
+    pkg.add_source("/lib/systemd/system/grafana-server.service", "grafana/grafana-server.service")
+    pkg.add_source("/etc/default/grafana-server", "grafana/grafana-server.default")
+    pkg.add_source("/etc/grafana/grafana.ini", "grafana/grafana.ini")
+    pkg.dirs += ["/etc/grafana/provisioning/dashboards", "/etc/grafana/provisioning/datasources"]
+    pkg.postinst = postinst(
+        "if ! getent group grafana >/dev/null; then groupadd --system grafana; fi\n"
+        "if ! getent passwd grafana >/dev/null; then\n"
+        "    useradd --system --gid grafana --home-dir /usr/share/grafana --shell /bin/false grafana\n"
+        "fi\n"
+        "install -d -o grafana -g grafana -m 0750 /var/lib/grafana /var/log/grafana\n"
+        "chgrp -R grafana /etc/grafana && chmod 0750 /etc/grafana\n" + SYSTEMD_RELOAD
+    )
+    pkg.prerm = stop_on_remove("grafana-server.service")
+    return pkg
+
+
 def all_packages() -> list[Package]:
-    packages = [gpu_sim_package(), container_cli_package()]
+    packages = [gpu_sim_package(), container_cli_package(), grafana_package()]
     for version in DRIVER_VERSIONS:
         packages.append(driver_package(version))
         if version in FM_SUFFIX:

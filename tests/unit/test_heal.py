@@ -437,6 +437,49 @@ def test_the_node_states_say_why_each_drained_node_is_drained():
     assert "corectl_slurm_up 0" in down and "corectl_slurm_nodes" not in down
 
 
+# scontrol --oneliner lines as Slurm 22.05 prints them on the lab (shortened: the fields the metrics read kept)
+SCONTROL_NODES = """\
+NodeName=dgx01 CPUAlloc=1 Gres=gpu:h100:8 State=MIXED ThreadsPerCore=1 CfgTRES=cpu=2,mem=1G,billing=6,gres/gpu=8 AllocTRES=cpu=1,mem=512M,gres/gpu=2 CapWatts=n/a
+NodeName=dgx02 CPUAlloc=0 Gres=gpu:h100:8 State=IDLE+DRAIN ThreadsPerCore=1 CfgTRES=cpu=2,mem=1G,billing=6,gres/gpu=8 AllocTRES= CapWatts=n/a Reason=corectl-health: xid: Xid 79 [root@2026-11-26T22:35:15]
+NodeName=dgx03 CPUAlloc=0 Gres=gpu:h100:8 State=UNKNOWN+NOT_RESPONDING ThreadsPerCore=1 CfgTRES=cpu=2,mem=1G,gres/gpu=8 AllocTRES= CapWatts=n/a
+NodeName=head01 CPUAlloc=0 Gres=(null) State=IDLE ThreadsPerCore=1 CfgTRES=cpu=2,mem=1G,billing=2 AllocTRES= CapWatts=n/a
+"""  # noqa: E501
+SCONTROL_JOBS = """\
+JobId=1 JobName=wrap UserId=alice(20001) GroupId=research(20000) MCS_label=N/A Priority=1 Nice=0 Account=research QOS=normal JobState=RUNNING Reason=None Partition=batch NodeList=dgx01 TRES=cpu=1,mem=512M,node=1,billing=2,gres/gpu=2 Command=/home/alice/my job.sh WorkDir=/home/alice TresPerJob=gres:gpu:2
+JobId=2 JobName=wrap UserId=alice(20001) GroupId=research(20000) Account=research QOS=normal JobState=PENDING Reason=Resources Partition=batch NodeList= TRES=cpu=2,mem=1G,node=2,billing=8,gres/gpu=16 TresPerNode=gres:gpu:8
+JobId=3 JobName=cpu UserId=carol(20003) GroupId=hpcadmin(20010) Account=hpcadmin QOS=normal JobState=RUNNING Reason=None Partition=low NodeList=dgx01 TRES=cpu=1,mem=512M,node=1,billing=1
+JobId=4 JobName=old UserId=carol(20003) GroupId=hpcadmin(20010) Account=hpcadmin QOS=normal JobState=COMPLETED Reason=None Partition=low NodeList=dgx01 TRES=cpu=1,mem=512M,node=1,billing=1
+"""  # noqa: E501
+
+
+def test_gpus_and_jobs_are_counted_for_the_dashboards():
+    """The GPUs by state and each running job with its user, account and GPUs (labelled hpc_job as dcgm-exporter
+    labels a job's GPUs), read from scontrol; a free-text field with spaces (Command=) does not confuse it."""
+    import subprocess
+
+    metrics = slurm_metrics_module()
+    answer = subprocess.CompletedProcess
+    text = metrics.metrics(
+        answer([], 0, stdout="dgx01|mix|none\n"), 0.0, answer([], 0, stdout=SCONTROL_NODES),
+        answer([], 0, stdout=SCONTROL_JOBS),
+    )  # fmt: skip
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines[3:] == [
+        'corectl_slurm_gpus{state="allocated"} 2',
+        'corectl_slurm_gpus{state="idle"} 6',
+        'corectl_slurm_gpus{state="unavailable"} 16',  # a drained node's and a node not responding
+        'corectl_slurm_jobs{state="running"} 2',
+        'corectl_slurm_jobs{state="pending"} 1',
+        'corectl_slurm_jobs{state="completed"} 1',
+        'corectl_slurm_job_gpus{hpc_job="1",user="alice",account="research",partition="batch"} 2',
+        'corectl_slurm_job_gpus{hpc_job="3",user="carol",account="hpcadmin",partition="low"} 0',
+    ]
+    # scontrol failing leaves the node states: no GPU or job series rather than wrong ones
+    failed = metrics.metrics(answer([], 0, stdout="dgx01|mix|none\n"), 0.0, answer([], 1, ""), answer([], 1, ""))
+    assert "corectl_slurm_gpus" not in failed and "corectl_slurm_jobs" not in failed
+    assert 'corectl_slurm_nodes{state="mix"} 1' in failed
+
+
 def test_the_node_states_file_is_replaced_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import subprocess
 

@@ -29,7 +29,7 @@ def site(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
 def test_init_generates_encrypted_secrets_once(site: Site):
     files = secrets.SecretFiles(site)
     made = secrets.init(site)
-    assert len(made) == 2
+    assert len(made) == 3  # munge key; slurmdbd's and Grafana's passwords (the lab runs Grafana)
     assert files.munge_key.read_bytes().startswith(b"$ANSIBLE_VAULT;1.1;AES256")
     assert files.variables.read_bytes().startswith(b"$ANSIBLE_VAULT;1.1;AES256")
     assert oct(files.default_password_file.stat().st_mode & 0o777) == "0o600"
@@ -42,6 +42,23 @@ def test_init_generates_encrypted_secrets_once(site: Site):
     assert len(key) == 1024
     values = yaml.safe_load(secrets._vault(password).decrypt(files.variables.read_bytes()))
     assert len(values["corectl_slurm_db_password"]) >= 24
+    assert len(values["corectl_grafana_admin_password"]) >= 24
+
+
+def test_grafanas_admin_password_is_made_only_for_a_site_that_runs_grafana(site: Site):
+    cluster_yml = site.directory / "cluster.yml"
+    config = yaml.safe_load(cluster_yml.read_text())
+    config["monitoring"].pop("grafana")
+    cluster_yml.write_text(yaml.safe_dump(config))
+    secrets.init(site)
+    assert secrets.GRAFANA_PASSWORD not in secrets.read_values(site)
+    secrets.check(site)
+    config["monitoring"]["grafana"] = {"anonymous_viewers": False}
+    cluster_yml.write_text(yaml.safe_dump(config))
+    with pytest.raises(CorectlError, match=r"corectl_grafana_admin_password .* is missing.*corectl secrets init"):
+        secrets.check(site)
+    assert secrets.init(site) == [f"{secrets.SecretFiles(site).variables}:corectl_grafana_admin_password"]
+    secrets.check(site)
 
 
 def test_missing_secret_stops_the_run(site: Site):

@@ -207,6 +207,8 @@ def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
             "prometheus": True,
             "scrape_interval": "15s",
             "retention": "2d",
+            # Grafana (the stand-in package) with corectl's dashboards
+            "grafana": {"anonymous_viewers": True},
             # Alertmanager on the head; its mail goes nowhere (no relay on the lab's network): the e2e test reads
             # the silences corectl drain sets
             "alerts": {

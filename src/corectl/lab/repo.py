@@ -83,6 +83,11 @@ def vars_for(base: str, index: dict) -> dict:
     return {
         "nvidia_driver_repo_url": f"{base}/apt/",
         "nvidia_driver_repo_key_url": f"{base}/keys/corectl-standin.asc",
+        # Grafana's repository has suites and components; the stand-in one is flat
+        "monitoring_grafana_repo_url": f"{base}/apt/",
+        "monitoring_grafana_repo_suite": "/",
+        "monitoring_grafana_repo_components": "",
+        "monitoring_grafana_repo_key_url": f"{base}/keys/corectl-standin.asc",
         "dcgm_exporter_url": f"{base}/{index['dcgm_exporter']['path']}",
         "dcgm_exporter_checksum": f"sha256:{index['dcgm_exporter']['sha256']}",
         "enroot_release_url": f"{base}/enroot/v{{{{ enroot_version }}}}",

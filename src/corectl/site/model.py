@@ -339,11 +339,19 @@ class Alerts(Strict):
     repeat_interval: AlertDuration = "4h"
 
 
+class Grafana(Strict):
+    """Grafana on the monitoring node (issue 29): corectl's dashboards over Prometheus, installed from Grafana's own
+    package repository; its admin password lives in the vault."""
+
+    anonymous_viewers: bool = Field(True, description="anyone who reaches its port sees the dashboards (read only)")
+
+
 class Monitoring(Strict):
     prometheus: bool = True
     scrape_interval: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[smh]$")] = "30s"
     retention: Annotated[str, StringConstraints(pattern=r"^\d{1,6}[hdwy]$")] = "15d"
     alerts: Alerts | None = None
+    grafana: Grafana | None = None
 
 
 XidNumber = Annotated[int, Field(ge=1, le=999)]

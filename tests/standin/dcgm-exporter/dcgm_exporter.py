@@ -52,7 +52,8 @@ COUNTERS: dict[str, Callable[[State, Gpu], float | int]] = {
     "DCGM_FI_DEV_POWER_USAGE": lambda s, g: g["power_w"],
     "DCGM_FI_DEV_SM_CLOCK": lambda s, g: g["sm_clock_mhz"],
     "DCGM_FI_DEV_MEM_CLOCK": lambda s, g: 2619,
-    "DCGM_FI_DEV_GPU_UTIL": lambda s, g: 0,
+    # what a job makes of its GPUs: gpu-sim set gpus.N.utilization_pct / gpus.N.memory_used_mib (0 by default)
+    "DCGM_FI_DEV_GPU_UTIL": lambda s, g: g.get("utilization_pct", 0),
     "DCGM_FI_DEV_MEM_COPY_UTIL": lambda s, g: 0,
     "DCGM_FI_DEV_XID_ERRORS": lambda s, g: _last_xid(g),
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda s, g: g["ecc"]["volatile_uncorrected"],
@@ -70,8 +71,8 @@ COUNTERS: dict[str, Callable[[State, Gpu], float | int]] = {
     "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": lambda s, g: _nvlink_errors(g, "recovery_errors"),
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda s, g: 0,
     "DCGM_FI_DEV_FB_TOTAL": lambda s, g: s["memory_total_mib"],
-    "DCGM_FI_DEV_FB_FREE": lambda s, g: s["memory_total_mib"],
-    "DCGM_FI_DEV_FB_USED": lambda s, g: 0,
+    "DCGM_FI_DEV_FB_FREE": lambda s, g: s["memory_total_mib"] - g.get("memory_used_mib", 0),
+    "DCGM_FI_DEV_FB_USED": lambda s, g: g.get("memory_used_mib", 0),
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": lambda s, g: _throttle(g),
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": lambda s, g: _throttle(g),
 }
