@@ -236,6 +236,20 @@ VARIANTS = [
         "e-mail needs monitoring.alerts.smtp",
         "      - {name: operators, email: [hpc-ops@example.org]}",
     ),
+    # issue 29: Grafana over Prometheus
+    (
+        "  prometheus: true\n  scrape_interval: 30s",
+        "  prometheus: false\n  scrape_interval: 30s",
+        "monitoring.grafana",
+        "needs monitoring.prometheus (Grafana's data source)",
+        "  grafana:\n",
+    ),
+    (
+        "    anonymous_viewers: true\n",
+        "    anonymous_viewers: maybe\n",
+        "monitoring.grafana.anonymous_viewers",
+        "valid boolean",
+    ),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

@@ -143,6 +143,8 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_health(config)
     problems += _check_backup(config, nodes)
     problems += _check_alerts(config)
+    if config.monitoring.grafana is not None and not config.monitoring.prometheus:
+        problems.append(Problem(("monitoring", "grafana"), "needs monitoring.prometheus (Grafana's data source)"))
     problems += _check_failover(config, nodes)
     problems += _check_logs(config, {n.name for n in nodes})
     return problems
