@@ -143,9 +143,10 @@ GRAFANA_PASSWORD = "corectl_grafana_admin_password"
 
 
 def grafana_declared(site: Site) -> bool:
-    """Whether cluster.yml runs Grafana (monitoring.grafana; a site without its cluster.yml yet runs none)."""
+    """Whether corectl installs Grafana (monitoring.grafana, install true; a site without its cluster.yml yet has
+    none): its admin password is then corectl's to make."""
     config = _site_config(site)
-    return config is not None and config.monitoring.grafana is not None
+    return config is not None and config.monitoring.grafana is not None and config.monitoring.grafana.install
 
 
 def _site_config(site: Site) -> ClusterConfig | None:

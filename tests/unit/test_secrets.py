@@ -53,6 +53,10 @@ def test_grafanas_admin_password_is_made_only_for_a_site_that_runs_grafana(site:
     secrets.init(site)
     assert secrets.GRAFANA_PASSWORD not in secrets.read_values(site)
     secrets.check(site)
+    config["monitoring"]["grafana"] = {"install": False}  # the site's own Grafana: its password is the site's
+    cluster_yml.write_text(yaml.safe_dump(config))
+    assert secrets.init(site) == []
+    secrets.check(site)
     config["monitoring"]["grafana"] = {"anonymous_viewers": False}
     cluster_yml.write_text(yaml.safe_dump(config))
     with pytest.raises(CorectlError, match=r"corectl_grafana_admin_password .* is missing.*corectl secrets init"):

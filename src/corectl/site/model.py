@@ -343,6 +343,11 @@ class Grafana(Strict):
     """Grafana on the monitoring node (issue 29): corectl's dashboards over Prometheus, installed from Grafana's own
     package repository; its admin password lives in the vault."""
 
+    install: bool = Field(
+        True,
+        description="install and configure Grafana on the monitoring node; false: the site's own Grafana there is "
+        "given only corectl's data source and dashboards",
+    )
     anonymous_viewers: bool = Field(True, description="anyone who reaches its port sees the dashboards (read only)")
 
 
