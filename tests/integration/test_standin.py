@@ -412,6 +412,7 @@ EXPECTED_APT = {
     ("datacenter-gpu-manager-4-cuda12", "1:4.2.3-1"),
     ("datacenter-gpu-manager-4-core", "1:4.1.1-1"),
     ("datacenter-gpu-manager-4-cuda12", "1:4.1.1-1"),
+    ("grafana", "11.6.0"),
 }
 
 
@@ -687,3 +688,66 @@ def test_container_cli_binds_the_chosen_gpus_into_the_rootfs(tmp_path: Path):
     assert refused.returncode == 1 and "7: unknown device" in refused.stderr
     version = subprocess.run([*cli, "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.startswith("cli-version: 1.17.8")
+
+
+# --------------------------------------------------------------------------- Grafana
+
+
+def test_the_grafana_standin_serves_provisioned_dashboards_and_proxies_its_data_source(tmp_path: Path):
+    """The stand-in Grafana (tests/standin/grafana) loads provisioning as Grafana does, refuses a broken file at
+    start, serves viewers without an account, proxies the data source and wants the admin for a push."""
+    import base64
+
+    port, upstream = free_port(), free_port()
+    prov, boards = tmp_path / "provisioning", tmp_path / "boards"
+    (prov / "datasources").mkdir(parents=True)
+    (prov / "dashboards").mkdir()
+    boards.mkdir()
+    (prov / "datasources" / "ds.yaml").write_text(
+        f"apiVersion: 1\ndatasources:\n  - {{name: P, type: prometheus, uid: p1, url: 'http://127.0.0.1:{upstream}'}}\n"
+    )
+    (prov / "dashboards" / "d.yaml").write_text(
+        f"apiVersion: 1\nproviders:\n  - {{name: c, folder: corectl, options: {{path: {boards}}}}}\n"
+    )
+    (boards / "a.json").write_text(json.dumps({"uid": "a", "title": "Alpha"}))
+    ini = tmp_path / "grafana.ini"
+    ini.write_text(f"[server]\nhttp_addr = 127.0.0.1\nhttp_port = {port}\n[security]\nadmin_password = s3cret\n"
+                   "[auth.anonymous]\nenabled = true\n")  # fmt: skip
+    grafana = [sys.executable, str(STANDIN / "grafana" / "grafana.py"), "server", f"--config={ini}"]
+    (boards / "b.json").write_text(json.dumps({"title": "no uid"}))
+    refused = subprocess.run([*grafana, f"cfg:default.paths.provisioning={prov}"], capture_output=True, text=True,
+                             timeout=30, check=False)  # fmt: skip
+    assert refused.returncode == 1 and "b.json: no uid or title" in refused.stderr
+    (boards / "b.json").unlink()
+    serve = [sys.executable, "-m", "http.server", str(upstream), "--bind", "127.0.0.1", "--directory", str(tmp_path)]
+    data = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([*grafana, f"cfg:default.paths.provisioning={prov}"], stdout=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(f"{base}/api/health"))
+        search = json.loads(urllib.request.urlopen(f"{base}/api/search?type=dash-db").read())
+        assert search == [{"uid": "a", "title": "Alpha", "type": "dash-db", "tags": [], "folderTitle": "corectl"}]
+        (boards / "c.json").write_text(json.dumps({"uid": "c", "title": "Gamma"}))  # reread, as Grafana polls
+        board = json.loads(urllib.request.urlopen(f"{base}/api/dashboards/uid/c").read())
+        assert board["dashboard"]["title"] == "Gamma" and board["meta"]["provisioned"]
+        wait_for(lambda: _answers(f"http://127.0.0.1:{upstream}/grafana.ini"))
+        proxied = urllib.request.urlopen(f"{base}/api/datasources/proxy/uid/p1/grafana.ini").read().decode()
+        assert "admin_password" in proxied  # the file the data source serves, through the proxy
+        push = json.dumps({"dashboard": {"uid": "x", "title": "X"}}).encode()
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            urllib.request.urlopen(urllib.request.Request(f"{base}/api/dashboards/db", data=push, method="POST"))
+        assert anonymous.value.code == 403  # a viewer may not write
+        admin = urllib.request.Request(f"{base}/api/dashboards/db", data=push, method="POST")
+        admin.add_header("Authorization", "Basic " + base64.b64encode(b"admin:s3cret").decode())
+        assert json.loads(urllib.request.urlopen(admin).read())["uid"] == "x"
+    finally:
+        for proc in (server, data):
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return urllib.request.urlopen(url, timeout=2).status == 200
+    except OSError:
+        return False
