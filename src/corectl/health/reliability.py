@@ -178,3 +178,19 @@ def outages(evidence: dict[str, tuple[list[Verdict], list[Drain]]], since: datet
             reason = stretch.first.reason
             found.append(Outage(node, start, stop, still, failure_class(reason), reason))
     return found
+
+
+def hours(value: timedelta | None) -> str:
+    """A duration as the reports show it: ``6.67 h``, ``-`` for none."""
+    return "-" if value is None else f"{value / timedelta(hours=1):.2f} h"
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.3f}%"
+
+
+def figure_cells(f: Figures, *, availability: bool) -> list[str]:
+    """A node's or a class's row: name, failures, MTBF, MTTR, then availability (a node) or failures
+    per 1,000 node-days (a class)."""
+    cells = [f.name, str(f.failures), hours(f.mtbf), hours(f.mttr)]
+    return [*cells, percent(f.availability) if availability else f"{f.per_1000_node_days:.2f}"]
