@@ -55,3 +55,10 @@ def test_the_timeline_shows_each_outage_for_its_time(shot):
     plot = WIDTH - 140 - 40  # charts.timeline's plot width: the day
     assert bars(image, colours["xid"], min_height=15) == pytest.approx([plot * 6 / 24], abs=2)
     assert bars(image, colours["slurm: Not responding"], min_height=15) == pytest.approx([plot * 12 / 24], abs=2)
+
+
+def test_the_error_check_sees_a_page_that_fails(tmp_path: Path):
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><body><script>console.error("boom"); missing();</script></body></html>')
+    _, errors = screenshot(bad, tmp_path / "bad.png", tmp_path / "profile")
+    assert any('"boom"' in line for line in errors) and any("Uncaught ReferenceError" in line for line in errors)

@@ -91,9 +91,7 @@ def report(
     days: Annotated[int, options.days("the period: this many days up to now")] = 30,
     html: Annotated[
         Path | None,
-        typer.Option(
-            "--html", metavar="FILE", dir_okay=False, help="also write the report as one HTML page with plots"
-        ),
+        typer.Option("--html", metavar="FILE", help="also write the report as one HTML page with plots"),
     ] = None,
 ) -> None:
     """The period's report: GPU-hours and jobs per account and user, GPU utilisation, nodes out of service and
