@@ -51,7 +51,7 @@ def test_the_utilisation_lines_are_drawn_across_the_period(shot):
 
 def test_the_timeline_shows_each_outage_for_its_time(shot):
     image, _ = shot
-    colours = page.cause_colours(OUTAGES)
+    colours = page.cause_colours(o.cls for o in OUTAGES)
     plot = WIDTH - 140 - 40  # charts.timeline's plot width: the day
     assert bars(image, colours["xid"], min_height=15) == pytest.approx([plot * 6 / 24], abs=2)
     assert bars(image, colours["slurm: Not responding"], min_height=15) == pytest.approx([plot * 12 / 24], abs=2)

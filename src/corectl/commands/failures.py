@@ -246,7 +246,7 @@ def write_html(site: Site, figures: Reliability, of: Period, path: Path, made: d
 def _shares_table(what: str, shares: list[Share]) -> Table:
     table = Table(what, "jobs", "GPU-hours", title=f"GPU-hours by {what}")
     for share in shares:
-        table.add_row(share.name, f"{share.jobs:,}", f"{share.gpu_hours:,.2f}")
+        table.add_row(Text(share.name), f"{share.jobs:,}", f"{share.gpu_hours:,.2f}")  # names: no markup
     return table
 
 
@@ -270,7 +270,7 @@ def period_view(of: Period) -> list[RenderableType]:
         table = Table("node", "from", "out", "cause", title="out of service (failure drains)")
         for o in of.outages:
             out = hours(o.end - o.start) + (", still" if o.open else "")
-            table.add_row(o.node, shown_time(failures.stamp(o.start)), out, o.cls)
+            table.add_row(o.node, shown_time(failures.stamp(o.start)), out, Text(o.cls))
         parts.append(table)
     else:
         parts.append(Text("out of service: no node (no failure drain in the period)"))

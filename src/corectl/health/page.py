@@ -5,7 +5,7 @@ Every text from the cluster is escaped."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from html import escape
 
@@ -47,10 +47,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequen
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def cause_colours(outages: Sequence[Outage]) -> dict[str, str]:
-    """Each cause (failure class) its colour, in order of first appearance by name."""
-    causes = sorted({o.cls for o in outages})
-    return {cause: CAUSE_COLOURS[i % len(CAUSE_COLOURS)] for i, cause in enumerate(causes)}
+def cause_colours(causes: Iterable[str]) -> dict[str, str]:
+    """Each cause (failure class) its colour, the causes in name order."""
+    return {cause: CAUSE_COLOURS[i % len(CAUSE_COLOURS)] for i, cause in enumerate(sorted(set(causes)))}
 
 
 def _usage(read: UsageRead) -> list[str]:
@@ -95,7 +94,7 @@ def _utilisation(read: UsageRead, since: datetime, until: datetime) -> list[str]
 
 
 def _outages(outages: Sequence[Outage], since: datetime, until: datetime) -> list[str]:
-    colours = cause_colours(outages)
+    colours = cause_colours(o.cls for o in outages)
     rows = sorted({o.node for o in outages})
     spans = [
         charts.Span(o.node, o.start, o.end, colours[o.cls], f"{o.node} {clock(o.start)} to {clock(o.end)}: {o.reason}")
