@@ -1,5 +1,7 @@
 """history NODE, rma and report: a node's verdicts, actions and drains, the nodes to send back, and the
-reliability figures of a period (corectl.health.failures, corectl.health.reliability).
+reliability figures of a period (corectl.health.failures, corectl.health.reliability) with its usage,
+utilisation and nodes out of service (corectl.health.usage_read), in the terminal, as JSON or as one HTML
+page (corectl.health.page).
 
 Both first copy the drains and downs Slurm's accounting recorded (whoever made them: Slurm's health
 program, heal, an operator, an upgrade) from the controller into the history; a controller that
