@@ -166,3 +166,23 @@ def test_report_html_writes_the_page_and_refuses_bad_input(site: Site, tmp_path:
     ):
         done = CliRunner().invoke(app, ["report", "--inventory", str(site.directory), *argv])
         assert done.exit_code == 2 and said in done.output and "Traceback" not in done.output, done.output
+
+
+def test_an_unreachable_head_is_one_line_per_part_and_the_run_asks_both_hosts(prod_copy: Path, monkeypatch):
+    from corectl.site.loader import load_cluster
+
+    cluster = load_cluster(prod_copy)
+    head = cluster.with_role("slurm_controller")[0].name
+    asked = []
+
+    def run(request, sink, cluster):
+        asked.append((request.playbook, request.limit, request.secrets, request.fan_out))
+        sink({"event": "runner_on_unreachable", "event_data": {"host": head, "res": {"msg": "ssh: timed out\nmore"}}})
+
+    monkeypatch.setattr(usage_read, "render_site", lambda site, check_only: (cluster, None))
+    monkeypatch.setattr(usage_read.ansible, "run", run)
+    read = usage_read.read_usage(Site(root=ROOT, directory=prod_copy), SINCE, UNTIL)
+    assert asked == [("report.yml", head, False, False)]  # the head is the controller and the monitoring node
+    assert (read.usage, read.utilisation) == (None, None)
+    assert read.usage_note == f"usage not read: {head} unreachable: ssh: timed out"
+    assert read.utilisation_note == f"utilisation not read: {head} unreachable: ssh: timed out"
