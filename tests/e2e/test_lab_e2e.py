@@ -2633,6 +2633,80 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     assert f"{running}|COMPLETED" in docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running)
 
 
+def by_hand(sacct: str) -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]]]:
+    """Jobs and GPU-hours per account and per user from sacct's lines (JobID|User|Account|AllocTRES|ElapsedRaw|
+    State), counted here: a job with an allocation counts, its gres/gpu times its elapsed seconds / 3,600."""
+    accounts: dict[str, tuple[int, float]] = {}
+    users: dict[str, tuple[int, float]] = {}
+    for line in sacct.splitlines():
+        _job, user, account, tres, elapsed, _state = line.split("|")
+        if not tres:
+            continue
+        gpus = int(dict(item.split("=", 1) for item in tres.split(",")).get("gres/gpu", 0))
+        for table, name in ((accounts, account), (users, user)):
+            jobs, hours = table.get(name, (0, 0.0))
+            table[name] = (jobs + 1, hours + gpus * int(elapsed) / 3600)
+    return accounts, users
+
+
+def test_the_report_shows_the_accountings_gpu_hours_the_utilisation_and_its_plots(lab: Path, tmp_path: Path):
+    from corectl.health import page
+    from corectl.health.charts import WIDTH
+    from screenshot import bars, runs, screenshot
+
+    # GPU jobs of alice under two accounts and of carol under her default one (hpcadmin), a few seconds each
+    ran = []
+    for user, account, gres in (("alice", "research", "gpu:2"), ("alice", "vision", "gpu:1"), ("carol", "", "gpu:1")):
+        job = docker_exec(
+            HEAD, "runuser", "-u", user, "--", "srun", *([f"--account={account}"] if account else []),
+            "--nodelist=e2e-dgx02", "--ntasks=1", "--cpus-per-task=1", "--mem=64", f"--gres={gres}",
+            "sh", "-c", 'sleep 5; echo "$SLURM_JOB_ID"',
+        ).strip()  # fmt: skip
+        ran.append(job)
+    # slurmctld hands each job's record to slurmdbd through a queue: wait for them all to be there, ended
+    wait_for(
+        lambda: docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-j", ",".join(ran), "-o", "JobID,State"),
+        lambda out: out.count("COMPLETED") == len(ran),
+        60,
+    )
+    html = tmp_path / "report.html"
+    shown = json.loads(corectl("report", "--inventory", str(lab), "--days", "1", "--json", "--html", str(html)).stdout)
+    # the same window, read on the head here and counted by hand (sacct reads its times as UTC with TZ=UTC)
+    start, end = (shown[key].removesuffix("Z") for key in ("since", "until"))
+    sacct = docker_exec(
+        HEAD, "env", "TZ=UTC", "sacct", "-a", "-X", "-n", "-P", "--noconvert", "--truncate", f"-S{start}", f"-E{end}",
+        "--format=JobID,User,Account,AllocTRES,ElapsedRaw,State",
+    )  # fmt: skip
+    accounts, users = by_hand(sacct)
+    assert {"research", "vision", "hpcadmin"} <= set(accounts) and {"alice", "carol"} <= set(users), sacct
+    used = shown["usage"]
+    assert used is not None, shown["usage_note"]
+    for mine, theirs in ((accounts, used["accounts"]), (users, used["users"])):
+        assert {s["name"]: s["jobs"] for s in theirs} == {name: jobs for name, (jobs, _) in mine.items()}
+        assert {s["name"]: s["gpu_hours"] for s in theirs} == pytest.approx({n: h for n, (_, h) in mine.items()})
+    series = shown["utilisation"]
+    assert series is not None, shown["utilisation_note"]
+    assert len(series["times"]) > 0 and max(series["gpus"]) >= 16  # both stand-ins' 8 GPUs each were sampled
+    # the page: its plots, and in headless Chromium no error, the bars as long as the figures say, the lines drawn
+    text = html.read_text()
+    assert text.count("<svg") == 5 and "GPU-hours per account" in text and "GPU utilisation (%)" in text
+    image, errors = screenshot(html, tmp_path / "report.png", tmp_path / "profile")
+    assert errors == []
+    plot = WIDTH - 220 - 130  # charts.bar_chart's plot width
+
+    def widths(shares: list[dict]) -> list[int]:
+        top = max(s["gpu_hours"] for s in shares)
+        return [w for s in shares if (w := round(plot * s["gpu_hours"] / top)) > 0]
+
+    assert bars(image, page.ACCOUNT_COLOUR) == pytest.approx(widths(used["accounts"]), abs=1)
+    assert bars(image, page.USER_COLOUR) == pytest.approx(widths(used["users"]), abs=1)
+    assert sum(n for *_, n in runs(image, page.UTIL_COLOUR)) > 400  # the line across the plot (the stand-ins: 0%)
+    assert sum(n for *_, n in runs(image, page.BUSY_COLOUR)) > 400
+    causes = page.cause_colours(o["cause"] for o in shown["out_of_service"])
+    for cause, colour in causes.items():
+        assert bars(image, colour, min_height=15), f"no bar of {cause} on the timeline"
+
+
 def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
     """Last of the module: every secret source, in everything the runs above left behind."""
     site = resolve_site(str(lab))

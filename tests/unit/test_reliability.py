@@ -18,6 +18,7 @@ from corectl.cli import app
 from corectl.commands import failures as failures_cmd
 from corectl.health import failures
 from corectl.health.reliability import failure_class, reliability
+from corectl.health.usage import UsageRead
 from corectl.site import Site
 from corectl.slurm import NodeEvent, SlurmStatus
 
@@ -30,6 +31,13 @@ HOUR = timedelta(hours=1)
 def site(prod_copy: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
     monkeypatch.setattr(failures_cmd, "render_site", lambda site, check_only: None)
     monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda site: SlurmStatus())
+    monkeypatch.setattr(
+        failures_cmd,
+        "read_usage",
+        lambda site, since, until: UsageRead(
+            None, None, "usage not read: no head here", "utilisation not read: no head here"
+        ),
+    )
     return Site(root=ROOT, directory=prod_copy)
 
 

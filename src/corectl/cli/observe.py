@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -88,19 +89,32 @@ def report(
     inventory: InventoryOpt = None,
     json_out: JsonOpt = False,
     days: Annotated[int, options.days("the period: this many days up to now")] = 30,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", metavar="FILE", help="also write the report as one HTML page with plots"),
+    ] = None,
 ) -> None:
-    """Reliability figures: failures, MTBF, MTTR, availability and failures per 1,000 node-days, per node and class."""
+    """The period's report: GPU-hours and jobs per account and user, GPU utilisation, nodes out of service and
+    why, and the reliability figures (failures, MTBF, MTTR, availability per node and class)."""
     from datetime import UTC, datetime
 
+    from corectl.commands.failures import check_html_path, period, report_json, report_view, write_html
     from corectl.commands.failures import report as reliability_report
-    from corectl.commands.failures import report_json, report_view
 
+    if html is not None:
+        check_html_path(html)
     site = policy.site(inventory)
-    figures, judged = reliability_report(site, datetime.now(UTC), days, policy.warn)
+    now = datetime.now(UTC)
+    figures, judged = reliability_report(site, now, days, policy.warn)
+    of = period(site, figures)
+    if html is not None:
+        write_html(site, figures, of, html, now)
     if json_out:
-        print(json.dumps(report_json(site, figures, judged), indent=2))
+        print(json.dumps(report_json(site, figures, judged, of), indent=2))
     else:
-        out.print(report_view(site, figures, judged))
+        out.print(report_view(site, figures, judged, of))
+        if html is not None:
+            out.print(f"report written to {html}")
 
 
 @app.command("logs")

@@ -1,5 +1,7 @@
 """history NODE, rma and report: a node's verdicts, actions and drains, the nodes to send back, and the
-reliability figures of a period (corectl.health.failures, corectl.health.reliability).
+reliability figures of a period (corectl.health.failures, corectl.health.reliability) with its usage,
+utilisation and nodes out of service (corectl.health.usage_read), in the terminal, as JSON or as one HTML
+page (corectl.health.page).
 
 Both first copy the drains and downs Slurm's accounting recorded (whoever made them: Slurm's health
 program, heal, an operator, an upgrade) from the controller into the history; a controller that
@@ -12,8 +14,11 @@ drain, each failure counted once (corectl.health.drains.failure_count); planned 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,9 +29,12 @@ from rich.text import Text
 from corectl.errors import CorectlError
 from corectl.health import failures
 from corectl.health.failures import Action, Drain, Entry, Offenders, RmaCase, Verdict, rule, thresholds
-from corectl.health.reliability import Figures, Reliability, reliability
+from corectl.health.page import report_page, utilisation_line
+from corectl.health.reliability import Figures, Outage, Reliability, figure_cells, hours, outages, percent, reliability
 from corectl.health.report import CHECK_ORDER, failed_checks
 from corectl.health.stamps import parse_stamp
+from corectl.health.usage import Share, UsageRead
+from corectl.health.usage_read import read_usage
 from corectl.site import Site, groupvars, require_cluster_file
 from corectl.site.inventory import render_site
 from corectl.site.loader import load_cluster
@@ -203,20 +211,111 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def hours(value: timedelta | None) -> str:
-    return "-" if value is None else f"{value / timedelta(hours=1):.2f} h"
+@dataclass(frozen=True)
+class Period:
+    """What the report shows beside the figures: the nodes out of service (the failure history) and
+    the usage and utilisation the head answered (or why not)."""
+
+    outages: list[Outage]
+    read: UsageRead
 
 
-def percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.3f}%"
+def period(site: Site, figures: Reliability) -> Period:
+    """The period's outages from the history, and its usage and utilisation read on the head."""
+    evidence = failures.window_evidence(site, failures.stamp(figures.since), failures.stamp(figures.until))
+    found = outages(evidence, figures.since, figures.until)
+    return Period(found, read_usage(site, figures.since, figures.until))
 
 
-def _row(f: Figures, *, availability: bool) -> list[str]:
-    cells = [f.name, str(f.failures), hours(f.mtbf), hours(f.mttr)]
-    return [*cells, percent(f.availability) if availability else f"{f.per_1000_node_days:.2f}"]
+def check_html_path(path: Path) -> None:
+    """Refuse, before anything is read, an --html path that cannot be written (one line, exit 2)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        why = "a directory" if path.is_dir() else f"{folder} is not a writable directory"
+        raise CorectlError(f"--html {path}: {why}", exit_code=2)
 
 
-def report_view(site: Site, figures: Reliability, judged: dict[str, Any]) -> RenderableType:
+def write_html(site: Site, figures: Reliability, of: Period, path: Path, made: datetime) -> None:
+    """The report as one self-contained HTML page at ``path``; a path that cannot be written: a one-line
+    error (exit 2)."""
+    page = report_page(site.name, figures, of.outages, of.read, made)
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise CorectlError(f"--html {path}: {exc.strerror or exc}", exit_code=2) from None
+
+
+def _shares_table(what: str, shares: list[Share]) -> Table:
+    table = Table(what, "jobs", "GPU-hours", title=f"GPU-hours by {what}")
+    for share in shares:
+        table.add_row(Text(share.name), f"{share.jobs:,}", f"{share.gpu_hours:,.2f}")  # names: no markup
+    return table
+
+
+def period_view(of: Period) -> list[RenderableType]:
+    """The usage tables, the utilisation line and the nodes out of service, for the terminal."""
+    parts: list[RenderableType] = []
+    used = of.read.usage
+    if used is None:
+        parts.append(Text(of.read.usage_note, style="yellow"))
+    else:
+        parts.append(Text(f"usage: {counted(used.jobs, 'job')}, {used.gpu_hours:,.2f} GPU-hours", style="bold"))
+        if used.accounts:
+            parts += [_shares_table("account", used.accounts), _shares_table("user", used.users)]
+    series = of.read.utilisation
+    parts.append(
+        Text(of.read.utilisation_note, style="yellow")
+        if series is None
+        else Text(f"utilisation: {utilisation_line(series)}")
+    )
+    if of.outages:
+        table = Table("node", "from", "out", "cause", title="out of service (failure drains)")
+        for o in of.outages:
+            out = hours(o.end - o.start) + (", still" if o.open else "")
+            table.add_row(o.node, shown_time(failures.stamp(o.start)), out, Text(o.cls))
+        parts.append(table)
+    else:
+        parts.append(Text("out of service: no node (no failure drain in the period)"))
+    return parts
+
+
+def period_json(of: Period) -> dict[str, Any]:
+    """``{usage: {jobs, gpu_hours, accounts, users} | null, usage_note, utilisation: {...} | null,
+    utilisation_note, out_of_service: [...]}``."""
+    used, series = of.read.usage, of.read.utilisation
+
+    def shares(items: list[Share]) -> list[dict[str, Any]]:
+        return [{"name": s.name, "jobs": s.jobs, "gpu_hours": s.gpu_hours} for s in items]
+
+    return {
+        "usage": None
+        if used is None
+        else {
+            "jobs": used.jobs,
+            "gpu_hours": used.gpu_hours,
+            "accounts": shares(used.accounts),
+            "users": shares(used.users),
+        },
+        "usage_note": of.read.usage_note,
+        "utilisation": None
+        if series is None
+        else {"times": series.times, "util_percent": series.util, "gpus_busy": series.busy, "gpus": series.gpus},
+        "utilisation_note": of.read.utilisation_note,
+        "out_of_service": [
+            {
+                "node": o.node,
+                "from": failures.stamp(o.start),
+                "until": failures.stamp(o.end),
+                "still": o.open,
+                "cause": o.cls,
+                "reason": o.reason,
+            }
+            for o in of.outages
+        ],
+    }
+
+
+def report_view(site: Site, figures: Reliability, judged: dict[str, Any], of: Period | None = None) -> RenderableType:
     """The fleet's figures, then by class and by node; the checks and thresholds at the end."""
     fleet = figures.fleet
     assert fleet is not None
@@ -235,15 +334,17 @@ def report_view(site: Site, figures: Reliability, judged: dict[str, Any]) -> Ren
     if figures.classes:
         by_class = Table("class", "failures", "MTBF", "MTTR", "per 1,000 node-days", title="by failure class")
         for cls in figures.classes:
-            by_class.add_row(*_row(cls, availability=False))
+            by_class.add_row(*figure_cells(cls, availability=False))
         parts.append(by_class)
     by_node = Table("node", "failures", "MTBF", "MTTR", "availability", title="by node")
     for node in figures.nodes:
-        by_node.add_row(*_row(node, availability=True))
+        by_node.add_row(*figure_cells(node, availability=True))
     parts.append(by_node)
     thresholds = ", ".join(f"{key.removeprefix('node_health_')} {value}" for key, value in judged["thresholds"].items())
     parts.append(Text(f"checks, in order: {', '.join(judged['checks'])}", style="dim"))
     parts.append(Text(f"thresholds: {thresholds}", style="dim"))
+    if of is not None:
+        parts += period_view(of)
     return Group(*parts)
 
 
@@ -263,8 +364,9 @@ def _figures_json(f: Figures) -> dict[str, Any]:
     }
 
 
-def report_json(site: Site, figures: Reliability, judged: dict[str, Any]) -> dict[str, Any]:
-    """``{site, since, until, nodes: N, fleet, classes, by_node, checks, thresholds}``."""
+def report_json(site: Site, figures: Reliability, judged: dict[str, Any], of: Period | None = None) -> dict[str, Any]:
+    """``{site, since, until, nodes: N, fleet, classes, by_node, checks, thresholds}``, and the period's
+    usage, utilisation and nodes out of service (period_json) when given."""
     assert figures.fleet is not None
     return {
         "site": site.name,
@@ -275,4 +377,5 @@ def report_json(site: Site, figures: Reliability, judged: dict[str, Any]) -> dic
         "classes": [_figures_json(c) for c in figures.classes],
         "by_node": [_figures_json(n) for n in figures.nodes],
         **judged,
+        **(period_json(of) if of is not None else {}),
     }

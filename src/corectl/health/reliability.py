@@ -23,11 +23,11 @@ Definitions (docs/operations.md says them to operators):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from corectl.health.drains import Drain, failure_stretches
+from corectl.health.drains import Drain, Stretch, failure_stretches
 from corectl.health.failures import Verdict
 from corectl.health.stamps import parse_stamp
 
@@ -60,17 +60,25 @@ class Failure:
     down: timedelta | None
 
 
+def clipped(
+    stretches: Iterable[Stretch], since: datetime, until: datetime
+) -> Iterator[tuple[Stretch, datetime, datetime]]:
+    """The stretches that overlap [since, until], each with its start and end within it (a stretch
+    still open ends at ``until``)."""
+    for stretch in stretches:
+        stop = min(stretch.end or until, until)
+        if stop >= since and stretch.start <= until:
+            yield stretch, max(stretch.start, since), stop
+
+
 def node_failures(
     node: str, verdicts: Iterable[Verdict], drains: Iterable[Drain], since: datetime, until: datetime
 ) -> list[Failure]:
     """The node's failures in [since, until], oldest first (see the module's definitions)."""
     stretches = failure_stretches(drains)
     found = []
-    for stretch in stretches:
-        stop = min(stretch.end or until, until)
-        if stop >= since and stretch.start <= until:
-            cls = failure_class(stretch.first.reason)
-            found.append(Failure(node, stretch.start, cls, stop - max(stretch.start, since)))
+    for stretch, start, stop in clipped(stretches, since, until):
+        found.append(Failure(node, stretch.start, failure_class(stretch.first.reason), stop - start))
     for verdict in verdicts:
         at = parse_stamp(verdict.at)
         if not verdict.ok and since <= at <= until and not any(s.covers(at) for s in stretches):
@@ -146,3 +154,43 @@ def reliability(
     result.classes.sort(key=lambda c: (-c.failures, c.name))
     result.fleet = _figures("all nodes", everything, fleet_up, node_days, fleet_time)
     return result
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A node out of service in the period: one failure stretch clipped to the period, its class and
+    the reason its first drain gave; ``open``: still drained at the period's end."""
+
+    node: str
+    start: datetime
+    end: datetime
+    open: bool
+    cls: str
+    reason: str
+
+
+def outages(evidence: dict[str, tuple[list[Verdict], list[Drain]]], since: datetime, until: datetime) -> list[Outage]:
+    """Every node's failure stretches that overlap [since, until], clipped to it, by node then time."""
+    found = []
+    for node, (_verdicts, drains) in sorted(evidence.items()):
+        for stretch, start, stop in clipped(failure_stretches(drains), since, until):
+            still = stretch.end is None or stretch.end > until
+            reason = stretch.first.reason
+            found.append(Outage(node, start, stop, still, failure_class(reason), reason))
+    return found
+
+
+def hours(value: timedelta | None) -> str:
+    """A duration as the reports show it: ``6.67 h``, ``-`` for none."""
+    return "-" if value is None else f"{value / timedelta(hours=1):.2f} h"
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.3f}%"
+
+
+def figure_cells(f: Figures, *, availability: bool) -> list[str]:
+    """A node's or a class's row: name, failures, MTBF, MTTR, then availability (a node) or failures
+    per 1,000 node-days (a class)."""
+    cells = [f.name, str(f.failures), hours(f.mtbf), hours(f.mttr)]
+    return [*cells, percent(f.availability) if availability else f"{f.per_1000_node_days:.2f}"]

@@ -1,0 +1,165 @@
+"""The report's plots as inline SVG, written here (no plotting library, no script): horizontal bars, lines
+over time and a timeline of spans per row. Every text from the cluster is escaped; shapes are drawn with
+crisp edges, so that each series' colour is exact on screen (the screenshot test finds it there)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from html import escape
+
+WIDTH = 900
+LABEL_CHARS = 28  # a label longer than this is cut, with an ellipsis
+AXIS = "#888888"
+GRID = "#dddddd"
+FONT = 'font-family="sans-serif" font-size="12" fill="#222222"'
+
+
+@dataclass(frozen=True)
+class Line:
+    """One series of a line chart: its name, colour and values (one per time)."""
+
+    name: str
+    colour: str
+    values: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Span:
+    """One bar of a timeline: its row, start and end, colour, and what hovering it says."""
+
+    row: str
+    start: datetime
+    end: datetime
+    colour: str
+    tip: str
+
+
+def short(text: str, limit: int = LABEL_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _svg(height: int, title: str, body: list[str]) -> str:
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" shape-rendering="crispEdges" role="img" aria-label="{escape(title)}">'
+    )
+    heading = f'<text x="0" y="16" {FONT} font-weight="bold">{escape(title)}</text>'
+    return "\n".join([head, f"<title>{escape(title)}</title>", heading, *body, "</svg>"])
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start") -> str:
+    return f'<text x="{x:.0f}" y="{y:.0f}" text-anchor="{anchor}" {FONT}>{escape(text)}</text>'
+
+
+def bar_chart(title: str, bars: Sequence[tuple[str, float]], colour: str, unit: str) -> str:
+    """One horizontal bar per (label, value), its length proportional to the value (the largest spans
+    the plot), the value written after it."""
+    label_w, value_w, top, row_h, bar_h = 220, 130, 30, 28, 20
+    plot_w = WIDTH - label_w - value_w
+    if not bars:
+        return _svg(top + 24, title, [_text(0, top + 14, "nothing in the period")])
+    peak = max(value for _, value in bars) or 1.0
+    body = [f'<line x1="{label_w}" y1="{top - 4}" x2="{label_w}" y2="{top + row_h * len(bars)}" stroke="{AXIS}"/>']
+    for i, (label, value) in enumerate(bars):
+        y = top + i * row_h
+        width = round(plot_w * max(value, 0.0) / peak)
+        body.append(_text(label_w - 8, y + 15, short(label), "end"))
+        body.append(
+            f'<rect x="{label_w + 1}" y="{y}" width="{width}" height="{bar_h}" fill="{colour}">'
+            f"<title>{escape(label)}: {value:.2f} {escape(unit)}</title></rect>"
+        )
+        body.append(_text(label_w + width + 8, y + 15, f"{value:,.2f} {unit}"))
+    return _svg(top + row_h * len(bars) + 8, title, body)
+
+
+def _clock(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%m-%d %H:%M")
+
+
+def _time_axis(since: datetime, until: datetime, left: int, plot_w: int, top: int, bottom: int) -> list[str]:
+    """Five time ticks (UTC) under a plot from ``top`` to ``bottom``, with grid lines."""
+    body = []
+    for i in range(5):
+        x = left + plot_w * i / 4
+        at = since + (until - since) * i / 4
+        body.append(f'<line x1="{x:.0f}" y1="{top}" x2="{x:.0f}" y2="{bottom}" stroke="{GRID}"/>')
+        body.append(_text(x, bottom + 16, _clock(at), "middle"))
+    return body
+
+
+def _legend(items: Sequence[tuple[str, str]], y: int) -> list[str]:
+    body, x = [], WIDTH - 10
+    for name, colour in reversed(items):
+        label = short(name, 40)
+        x -= 7 * len(label) + 24
+        body.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{colour}"/>')
+        body.append(_text(x + 16, y, label))
+    return body
+
+
+def line_chart(
+    title: str,
+    times: Sequence[int],
+    lines: Sequence[Line],
+    since: datetime,
+    until: datetime,
+    top_value: float,
+    unit: str,
+) -> str:
+    """Each line over the period (times: epoch seconds), from 0 to ``top_value`` upwards."""
+    left, right, top, plot_h = 70, 40, 34, 200
+    plot_w = WIDTH - left - right
+    bottom = top + plot_h
+    body = [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="{AXIS}"/>']
+    body += _time_axis(since, until, left, plot_w, top, bottom)
+    peak = top_value if top_value > 0 else 1.0
+    for value in (0.0, peak / 2, peak):
+        y = bottom - plot_h * value / peak
+        body.append(_text(left - 6, y + 4, f"{value:g} {unit}", "end"))
+    body += _legend([(line.name, line.colour) for line in lines], 16)
+    start, span = since.timestamp(), max((until - since).total_seconds(), 1.0)
+    if not times:
+        body.append(_text(left + 10, top + 20, "no samples in the period"))
+    for line in lines:
+        points = " ".join(
+            f"{left + plot_w * min(max((t - start) / span, 0.0), 1.0):.1f},"
+            f"{bottom - 1 - (plot_h - 2) * min(max(v / peak, 0.0), 1.0):.1f}"
+            for t, v in zip(times, line.values, strict=True)
+        )
+        if points:
+            body.append(
+                f'<polyline points="{points}" fill="none" stroke="{line.colour}" stroke-width="3">'
+                f"<title>{escape(line.name)}</title></polyline>"
+            )
+    return _svg(bottom + 26, title, body)
+
+
+def timeline(
+    title: str, rows: Sequence[str], spans: Sequence[Span], since: datetime, until: datetime, legend: dict[str, str]
+) -> str:
+    """One row per name, a bar per span over the period (clipped to it), a legend of the colours."""
+    left, right, top, row_h, bar_h = 140, 40, 34, 26, 18
+    plot_w = WIDTH - left - right
+    if not rows:
+        return _svg(top + 24, title, [_text(0, top + 14, "no node out of service in the period")])
+    bottom = top + row_h * len(rows)
+    body = [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{bottom - top}" fill="none" stroke="{AXIS}"/>']
+    body += _time_axis(since, until, left, plot_w, top, bottom)
+    body += _legend(list(legend.items()), 16)
+    start, span = since.timestamp(), max((until - since).total_seconds(), 1.0)
+
+    def x(at: datetime) -> float:
+        return left + plot_w * min(max((at.timestamp() - start) / span, 0.0), 1.0)
+
+    for i, row in enumerate(rows):
+        body.append(_text(left - 8, top + i * row_h + 17, short(row, 18), "end"))
+    for item in spans:
+        y = top + rows.index(item.row) * row_h + (row_h - bar_h) // 2
+        x0, x1 = x(item.start), x(item.end)
+        body.append(
+            f'<rect x="{x0:.0f}" y="{y}" width="{max(x1 - x0, 2):.0f}" height="{bar_h}" fill="{item.colour}">'
+            f"<title>{escape(item.tip)}</title></rect>"
+        )
+    return _svg(bottom + 26, title, body)
