@@ -99,6 +99,10 @@ def _legend(items: Sequence[tuple[str, str]], y: int) -> list[str]:
     return body
 
 
+# a series of at most this many samples gets a dot on each (one sample draws no line)
+MARKERS_UP_TO = 60
+
+
 def line_chart(
     title: str,
     times: Sequence[int],
@@ -123,16 +127,21 @@ def line_chart(
     if not times:
         body.append(_text(left + 10, top + 20, "no samples in the period"))
     for line in lines:
-        points = " ".join(
-            f"{left + plot_w * min(max((t - start) / span, 0.0), 1.0):.1f},"
-            f"{bottom - 1 - (plot_h - 2) * min(max(v / peak, 0.0), 1.0):.1f}"
+        xy = [
+            (
+                left + plot_w * min(max((t - start) / span, 0.0), 1.0),
+                bottom - 1 - (plot_h - 2) * min(max(v / peak, 0.0), 1.0),
+            )
             for t, v in zip(times, line.values, strict=True)
-        )
-        if points:
+        ]
+        if xy:
+            points = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
             body.append(
                 f'<polyline points="{points}" fill="none" stroke="{line.colour}" stroke-width="3">'
                 f"<title>{escape(line.name)}</title></polyline>"
             )
+        if len(xy) <= MARKERS_UP_TO:  # a few samples (a young cluster, a short period): each one seen
+            body += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{line.colour}"/>' for x, y in xy]
     return _svg(bottom + 26, title, body)
 
 
