@@ -322,7 +322,7 @@ def report_view(site: Site, figures: Reliability, judged: dict[str, Any], of: Pe
     span = figures.until - figures.since
     title = Text(
         f"reliability of {site.name}, {shown_time(failures.stamp(figures.since))} to "
-        f"{shown_time(failures.stamp(figures.until))} ({span / timedelta(days=1):g} days, "
+        f"{shown_time(failures.stamp(figures.until))} ({counted(round(span / timedelta(days=1)), 'day')}, "
         f"{counted(figures.node_count, 'node')})",
         style="bold",
     )

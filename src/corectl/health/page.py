@@ -131,13 +131,14 @@ def report_page(site: str, figures: Reliability, outages: Sequence[Outage], read
     """The whole page."""
     since, until = figures.since, figures.until
     title = f"{site}: {clock(since)} to {clock(until)}"
+    days = counted(round((until - since) / timedelta(days=1)), "day")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>corectl report {escape(title)}</title>",
         f"<style>{STYLE}</style></head><body>",
         f"<h1>Report of {escape(title)}</h1>",
-        f'<p class="dim">{(until - since) / timedelta(days=1):g} day(s), {counted(figures.node_count, "node")}; '
+        f'<p class="dim">{days}, {counted(figures.node_count, "node")}; '
         f"made {escape(clock(made))} by corectl report.</p>",
         *_usage(read),
         *_utilisation(read, since, until),
