@@ -112,7 +112,9 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def reply(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+        self.send(code, json.dumps(body).encode())
+
+    def send(self, code: int, data: bytes) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -171,11 +173,7 @@ class Handler(BaseHTTPRequestHandler):
             code, body = exc.code, exc.read()
         except (urllib.error.URLError, OSError) as exc:
             return self.reply(502, {"message": f"data source proxy error: {exc}"})
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        return self.send(code, body)
 
     def do_POST(self) -> None:
         if urllib.parse.urlsplit(self.path).path.rstrip("/") != "/api/dashboards/db":
