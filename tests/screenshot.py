@@ -99,14 +99,16 @@ def bars(image: Image, colour: str, min_height: int = 8) -> list[int]:
     return [length for _y, length, height in groups if height >= min_height]
 
 
-def screenshot(page: Path, png: Path, profile: Path, timeout: int = 120) -> tuple[Image, list[str]]:
-    """Open ``page`` in headless Chromium and take its screenshot (WIDTH x HEIGHT, scale 1): the image
+def screenshot(
+    page: Path, png: Path, profile: Path, timeout: int = 120, height: int = HEIGHT
+) -> tuple[Image, list[str]]:
+    """Open ``page`` in headless Chromium and take its screenshot (WIDTH x ``height``, scale 1): the image
     and the lines of Chromium's log that are the page's errors."""
     argv = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--force-device-scale-factor=1",
-        "--hide-scrollbars", f"--screenshot={png}", f"--window-size={WIDTH},{HEIGHT}", page.resolve().as_uri(),
+        "--hide-scrollbars", f"--screenshot={png}", f"--window-size={WIDTH},{height}", page.resolve().as_uri(),
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     log = (done.stdout + done.stderr).splitlines()

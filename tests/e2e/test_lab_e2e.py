@@ -2691,8 +2691,11 @@ def test_the_report_shows_the_accountings_gpu_hours_the_utilisation_and_its_plot
     # the page: its plots, and in headless Chromium no error, the bars as long as the figures say, the lines drawn
     text = html.read_text()
     assert text.count("<svg") == 5 and "GPU-hours per account" in text and "GPU utilisation (%)" in text
-    image, errors = screenshot(html, tmp_path / "report.png", tmp_path / "profile")
+    # a window taller than the page (its length grows with the lab's accounts, users and outages): the whole page
+    # is in the shot when its last rows are blank
+    image, errors = screenshot(html, tmp_path / "report.png", tmp_path / "profile", height=6000)
     assert errors == []
+    assert set(b"".join(image.rows[-200:])) == {0xFF}, "the page is longer than the screenshot"
     plot = WIDTH - 220 - 130  # charts.bar_chart's plot width
 
     def widths(shares: list[dict]) -> list[int]:

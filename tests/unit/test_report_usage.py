@@ -4,8 +4,10 @@ plots (bars proportional to values, every cluster text escaped), the page self-c
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+from datetime import datetime, timedelta
 from io import StringIO
 from pathlib import Path
 
@@ -75,6 +77,34 @@ def test_bars_are_proportional_to_their_values():
     svg = charts.bar_chart("GPU-hours per account", [("a", 40.0), ("b", 10.0), ("c", 0.0)], "#123456", "h")
     widths = [int(w) for w in re.findall(r'<rect x="\d+" y="\d+" width="(\d+)" height="20" fill="#123456"', svg)]
     assert widths == [550, 138, 0]  # 550 px: the plot's width, the largest value's bar
+
+
+def test_outages_that_would_cover_each_other_get_lanes_of_their_own():
+    """Two short drains of one node a minute apart, in a day's timeline (a pixel is two minutes), and a
+    long one later: each bar is at least 2 px wide and none shares a pixel with another of its row."""
+    day = SINCE
+
+    def at(hour: int, minute: int, second: int = 0) -> datetime:
+        return day.replace(hour=hour, minute=minute, second=second)
+
+    spans = [
+        charts.Span("dgx02", at(1, 0), at(1, 0, 20), "#111111", "ecc"),
+        charts.Span("dgx02", at(1, 1), at(1, 1, 20), "#222222", "nvlink"),
+        charts.Span("dgx02", at(1, 10), at(9, 0), "#333333", "xid"),
+        charts.Span("dgx01", at(12, 0), at(18, 0), "#444444", "ib"),
+    ]
+    svg = charts.timeline("t", ["dgx01", "dgx02"], spans, day, day + timedelta(days=1), {})
+    rects = {
+        fill: (int(x), int(y), int(w))
+        for x, y, w, fill in re.findall(r'<rect x="(\d+)" y="(\d+)" width="(\d+)" height="18" fill="(#\d+)"', svg)
+    }
+    assert set(rects) == {"#111111", "#222222", "#333333", "#444444"}
+    assert all(w >= 2 for _x, _y, w in rects.values())
+    for one, other in itertools.combinations(rects.values(), 2):
+        if one[1] == other[1]:  # same lane: their pixels apart
+            assert one[0] + one[2] <= other[0] or other[0] + other[2] <= one[0], (one, other)
+    assert rects["#111111"][1] == rects["#333333"][1] != rects["#222222"][1]  # the long one fits after the first
+    assert rects["#444444"][1] < rects["#111111"][1]  # dgx01's row above
 
 
 def test_every_text_from_the_cluster_is_escaped():

@@ -89,14 +89,30 @@ def _time_axis(since: datetime, until: datetime, left: int, plot_w: int, top: in
     return body
 
 
-def _legend(items: Sequence[tuple[str, str]], y: int) -> list[str]:
-    body, x = [], WIDTH - 10
-    for name, colour in reversed(items):
+LEGEND_LINE = 18  # px between the lines of a legend that wraps
+
+
+def _legend(items: Sequence[tuple[str, str]], title: str) -> tuple[list[str], int]:
+    """The legend's swatches and names in their order, beside the title on its line and on more lines
+    below it when they do not fit there, each line right-aligned; and how many lines it took."""
+    lines: list[list[tuple[str, str, int]]] = [[]]
+    room = WIDTH - 10 - (8 * len(title) + 20)  # right of the bold title, with space to spare
+    for name, colour in items:
         label = short(name, 40)
-        x -= 7 * len(label) + 24
-        body.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{colour}"/>')
-        body.append(_text(x + 16, y, label))
-    return body
+        width = 7 * len(label) + 24
+        if lines[-1] and width > room:
+            lines.append([])
+            room = WIDTH - 10
+        lines[-1].append((label, colour, width))
+        room -= width
+    body = []
+    for n, line in enumerate(lines):
+        x, y = WIDTH - 10 - sum(width for *_, width in line), 16 + LEGEND_LINE * n
+        for label, colour, width in line:
+            body.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{colour}"/>')
+            body.append(_text(x + 16, y, label))
+            x += width
+    return body, len(lines)
 
 
 # a series of at most this many samples gets a dot on each (one sample draws no line)
@@ -122,7 +138,7 @@ def line_chart(
     for value in (0.0, peak / 2, peak):
         y = bottom - plot_h * value / peak
         body.append(_text(left - 6, y + 4, f"{value:g} {unit}", "end"))
-    body += _legend([(line.name, line.colour) for line in lines], 16)
+    body += _legend([(line.name, line.colour) for line in lines], title)[0]
     start, span = since.timestamp(), max((until - since).total_seconds(), 1.0)
     if not times:
         body.append(_text(left + 10, top + 20, "no samples in the period"))
@@ -145,30 +161,61 @@ def line_chart(
     return _svg(bottom + 26, title, body)
 
 
+def _lanes(bars: Sequence[tuple[int, int]]) -> list[int]:
+    """A lane for each (x0, x1) bar of one row, bars in order of x0, so that no two bars of a lane share
+    a pixel: a short outage beside another one stays visible on a lane of its own, not under it."""
+    ends: list[int] = []  # where each lane's last bar ends
+    lanes = []
+    for x0, x1 in bars:
+        lane = next((i for i, end in enumerate(ends) if end <= x0), len(ends))
+        if lane == len(ends):
+            ends.append(x1)
+        else:
+            ends[lane] = x1
+        lanes.append(lane)
+    return lanes
+
+
 def timeline(
     title: str, rows: Sequence[str], spans: Sequence[Span], since: datetime, until: datetime, legend: dict[str, str]
 ) -> str:
-    """One row per name, a bar per span over the period (clipped to it), a legend of the colours."""
-    left, right, top, row_h, bar_h = 140, 40, 34, 26, 18
+    """One row per name (more than one lane where its bars would cover each other at this scale), a bar
+    per span over the period (clipped to it, at least 2 px wide), a legend of the colours."""
+    left, right, row_h, bar_h = 140, 40, 26, 18
     plot_w = WIDTH - left - right
     if not rows:
-        return _svg(top + 24, title, [_text(0, top + 14, "no node out of service in the period")])
-    bottom = top + row_h * len(rows)
-    body = [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{bottom - top}" fill="none" stroke="{AXIS}"/>']
-    body += _time_axis(since, until, left, plot_w, top, bottom)
-    body += _legend(list(legend.items()), 16)
+        return _svg(34 + 24, title, [_text(0, 34 + 14, "no node out of service in the period")])
+    key, lines = _legend(list(legend.items()), title)
+    top = 34 + LEGEND_LINE * (lines - 1)
     start, span = since.timestamp(), max((until - since).total_seconds(), 1.0)
 
-    def x(at: datetime) -> float:
-        return left + plot_w * min(max((at.timestamp() - start) / span, 0.0), 1.0)
+    def x(at: datetime) -> int:
+        return round(left + plot_w * min(max((at.timestamp() - start) / span, 0.0), 1.0))
 
-    for i, row in enumerate(rows):
-        body.append(_text(left - 8, top + i * row_h + 17, short(row, 18), "end"))
-    for item in spans:
-        y = top + rows.index(item.row) * row_h + (row_h - bar_h) // 2
-        x0, x1 = x(item.start), x(item.end)
-        body.append(
-            f'<rect x="{x0:.0f}" y="{y}" width="{max(x1 - x0, 2):.0f}" height="{bar_h}" fill="{item.colour}">'
-            f"<title>{escape(item.tip)}</title></rect>"
-        )
+    placed: dict[str, list[tuple[int, int, Span]]] = {row: [] for row in rows}
+    for item in sorted(spans, key=lambda s: (s.start, s.end)):
+        x0 = x(item.start)
+        placed[item.row].append((x0, max(x(item.end), x0 + 2), item))
+    drawn, offset = [], {}
+    y = top
+    for row in rows:
+        lanes = _lanes([(x0, x1) for x0, x1, _ in placed[row]])
+        offset[row] = y
+        for lane, (x0, x1, item) in zip(lanes, placed[row], strict=True):
+            at = y + lane * row_h + (row_h - bar_h) // 2
+            drawn.append(
+                f'<rect x="{x0}" y="{at}" width="{x1 - x0}" height="{bar_h}" fill="{item.colour}">'
+                f"<title>{escape(item.tip)}</title></rect>"
+            )
+        y += row_h * max(lanes, default=0) + row_h
+    bottom = y
+    body = [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{bottom - top}" fill="none" stroke="{AXIS}"/>']
+    body += _time_axis(since, until, left, plot_w, top, bottom)
+    body += key
+    body += [_text(left - 8, offset[row] + 17, short(row, 18), "end") for row in rows]
+    body += [  # a rule between one node's lanes and the next node's
+        f'<line x1="{left}" y1="{offset[row]}" x2="{left + plot_w}" y2="{offset[row]}" stroke="{GRID}"/>'
+        for row in rows[1:]
+    ]
+    body += drawn
     return _svg(bottom + 26, title, body)

@@ -19,7 +19,12 @@ ACCOUNT_COLOUR = "#1f77b4"
 USER_COLOUR = "#ff7f0e"
 UTIL_COLOUR = "#2ca02c"
 BUSY_COLOUR = "#9467bd"
-CAUSE_COLOURS = ("#d62728", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+# the causes' colours: none of the series' above, no grey (the axes and grid are grey), each distinct, enough for
+# every check corectl's health names and Slurm's own reasons before one repeats
+CAUSE_COLOURS = (
+    "#d62728", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173",
+    "#ff9896", "#c49c94", "#f7b6d2", "#9edae5", "#dbdb8d", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5",
+)  # fmt: skip
 
 STYLE = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 960px; }
