@@ -30,6 +30,12 @@ WaitOpt = Annotated[
         help="while another changing command holds the site, wait up to this many seconds",
     ),
 ]
+ReleaseOpt = Annotated[
+    str,
+    typer.Option(
+        "--release", metavar="SUITE", help="the stand-ins' Debian release: bookworm (Debian 12) or trixie (Debian 13)"
+    ),
+]
 LimitOpt = Annotated[
     str | None,
     typer.Option(

@@ -28,6 +28,7 @@ from corectl.ansible.records import expected_from_history
 from corectl.bootstrap import Login
 from corectl.bootstrap import bootstrap_nodes as bootstrap
 from corectl.errors import CorectlError
+from corectl.files import atomic_write
 from corectl.health.report import health
 from corectl.site import Site, edit
 from corectl.site.inventory import render_site, validate
@@ -124,6 +125,7 @@ def add_node(
 ) -> None:
     current = validate(site)
     declared = any(n.name == name for n in current.nodes)
+    before = None if declared else site.cluster_file.read_bytes()
     if not declared:
         if entry is None:
             raise CorectlError(f"{name} is not in {site.cluster_file}; give --address and --profile", exit_code=2)
@@ -138,6 +140,17 @@ def add_node(
     node = cluster.node(name)
     if "compute" not in node.roles:
         raise CorectlError(f"add-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)
+    try:  # before any other node changes: the node's Slurm release is the cluster's
+        _step(
+            site, console, f"add-node {name}: its Slurm release against the cluster's",
+            command=f"add-node {name} (slurm versions)", playbook="slurm-versions.yml", limit=name, secrets=False,
+        )  # fmt: skip
+    except CorectlError:
+        if before is not None:
+            atomic_write(site.cluster_file, before)
+            render_site(site, check_only=False)
+            console.print(f"{site.cluster_file}: {name} taken out again")
+        raise
     others = [n.name for n in cluster.nodes if n.name != name]
     _update_hosts(site, console, "add-node", name, others)
     _update_config(site, console, cluster, "add-node", name)
