@@ -2732,10 +2732,11 @@ def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming
     refused = corectl("add-node", name, *args, *options, check=False)
     assert refused.returncode == 1, refused.stdout
     line = (
-        f"{name} would run slurmd {offered.split('-')[0]} (to be installed), but the cluster runs slurmctld "
-        f"{head_slurm} on e2e-head01: SchedMD's order is slurmdbd, then slurmctld, then slurmd"
+        f"{name} would install slurmd {offered.split('-')[0]}, but e2e-head01 runs slurmctld {head_slurm}: one Slurm "
+        "release per cluster (SchedMD: upgrade slurmdbd, then slurmctld, then slurmd, at most 2 releases apart)"
     )
-    assert line in " ".join(refused.stdout.split()), refused.stdout
+    assert refused.stderr.startswith("error: ") and line in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert head_slurm.startswith("22.05.") and offered.startswith("24.11.")
     # nothing changed: one run, on the new node only, that changed nothing; cluster.yml as it was
     [record] = runs(lab)[before:]

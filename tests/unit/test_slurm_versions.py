@@ -41,6 +41,7 @@ def test_debians_versions_read_as_slurms():
     assert sv.policy_version("1:24.11.5-2~bpo12+1") == "24.11.5"
     assert sv.policy_version("(none)") == ""
     assert sv.policy_versions(HEAD)["slurmd"] == ("", "22.05.8")
+    assert sv.policy_versions(HEAD.replace("\n", "\r\n")) == sv.policy_versions(HEAD)  # raw over a tty
 
 
 def test_a_cluster_of_one_release_passes_also_a_new_node_of_it():
@@ -55,9 +56,8 @@ def test_a_cluster_of_one_release_passes_also_a_new_node_of_it():
 def test_a_new_debian_13_node_beside_a_debian_12_head_is_refused_naming_both_versions():
     reads = [read("dgx03", ["slurmd"], policy(slurmd=("(none)", TRIXIE)))]
     assert sv.slurm_version_problems(reads, "head01", HEAD) == [
-        "dgx03 would run slurmd 24.11.5 (to be installed), but the cluster runs slurmctld 22.05.8 on head01: "
-        "SchedMD's order is slurmdbd, then slurmctld, then slurmd, at most 2 releases apart; corectl keeps one "
-        "Slurm release per cluster"
+        "dgx03 would install slurmd 24.11.5, but head01 runs slurmctld 22.05.8: one Slurm release per cluster "
+        "(SchedMD: upgrade slurmdbd, then slurmctld, then slurmd, at most 2 releases apart)"
     ]
 
 
@@ -65,9 +65,7 @@ def test_a_new_node_of_an_older_release_is_refused_too():
     head = policy(slurmctld=(TRIXIE, TRIXIE))
     reads = [read("dgx03", ["slurmd"], policy(slurmd=("(none)", BOOKWORM)))]
     (problem,) = sv.slurm_version_problems(reads, "head01", head)
-    assert problem.startswith(
-        "dgx03 would run slurmd 22.05.8 (to be installed), but the cluster runs slurmctld 24.11.5"
-    )
+    assert problem.startswith("dgx03 would install slurmd 22.05.8, but head01 runs slurmctld 24.11.5")
     assert "at most 3 releases apart" in problem  # from 24.11 on
 
 
@@ -78,7 +76,7 @@ def test_a_new_node_of_an_older_release_is_refused_too():
         ("slurm-client", "24.05.4-1", "login01 runs slurm-client 24.05.4, newer than slurmctld 23.11.10 on head01"),
         ("slurmdbd", "23.02.7-1", "head02 runs slurmdbd 23.02.7, older than slurmctld 23.11.10 on head01"),
         ("slurmd", "21.08.5-2", "dgx01 runs slurmd 21.08.5, too far behind slurmctld 23.11.10 on head01"),
-        ("slurmctld", "23.02.7-1", "head02 would run slurmctld 23.02.7, but the cluster runs slurmctld 23.11.10"),
+        ("slurmctld", "23.02.7-1", "head02 runs slurmctld 23.02.7, but head01 runs slurmctld 23.11.10"),
     ],
 )
 def test_schedmds_order_and_the_releases_a_daemon_may_be_apart(daemon: str, version: str, words: str):

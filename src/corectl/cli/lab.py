@@ -98,10 +98,7 @@ def lab_add(
     head: Annotated[
         bool, typer.Option("--head", help="a second head stand-in (head02, for slurm.backup_controller)")
     ] = False,
-    release: Annotated[
-        str | None,
-        typer.Option("--release", metavar="SUITE", help="its Debian release, when not the lab's (bookworm, trixie)"),
-    ] = None,
+    release: options.NodeReleaseOpt = None,
     wait: WaitOpt = 0,
 ) -> None:
     """Start one more DGX stand-in (or a second head) beside a running lab (declare it with corectl add-node)."""

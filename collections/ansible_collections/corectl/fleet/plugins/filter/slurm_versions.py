@@ -48,8 +48,10 @@ POLICY = re.compile(r"^(\S+):\n\s+Installed: (\S+)\n\s+Candidate: (\S+)", re.MUL
 
 
 def policy_versions(policy: str) -> dict[str, tuple[str, str]]:
-    """``apt-cache policy PKG...``'s answer: package -> (installed, candidate), ``""`` for none."""
-    return {m.group(1): (policy_version(m.group(2)), policy_version(m.group(3))) for m in POLICY.finditer(policy)}
+    """``apt-cache policy PKG...``'s answer: package -> (installed, candidate), ``""`` for none. Line ends
+    of a terminal (raw over SSH with a tty: CR LF) read as plain ones."""
+    text = policy.replace("\r\n", "\n")
+    return {m.group(1): (policy_version(m.group(2)), policy_version(m.group(3))) for m in POLICY.finditer(text)}
 
 
 def slurm_version_problems(reads: list[dict], controller: str, controller_policy: str) -> list[str]:
@@ -62,8 +64,8 @@ def slurm_version_problems(reads: list[dict], controller: str, controller_policy
         return [f"{controller}: no slurmctld installed and none offered by its repositories"]
     theirs = f"slurmctld {ctld} on {controller}"
     rule = (
-        f"SchedMD's order is slurmdbd, then slurmctld, then slurmd, at most {may_skip(ctld)} releases apart; "
-        "corectl keeps one Slurm release per cluster"
+        f"one Slurm release per cluster (SchedMD: upgrade slurmdbd, then slurmctld, then slurmd, "
+        f"at most {may_skip(ctld)} releases apart)"
     )
     found: list[str] = []
     for read in reads:
@@ -74,19 +76,20 @@ def slurm_version_problems(reads: list[dict], controller: str, controller_policy
                 continue
             installed, candidate = versions.get(daemon, ("", ""))
             version = installed or candidate
-            said = f"{daemon} {version}" if installed else f"{daemon} {version} (to be installed)"
             if not version:
                 found.append(f"{host}: no {daemon} installed and none offered by its repositories ({theirs})")
-            elif (not installed or daemon == "slurmctld") and release(version) != release(ctld):
-                found.append(f"{host} would run {said}, but the cluster runs {theirs}: {rule}")
+            elif not installed and release(version) != release(ctld):
+                found.append(f"{host} would install {daemon} {version}, but {controller} runs slurmctld {ctld}: {rule}")
+            elif daemon == "slurmctld" and release(version) != release(ctld):
+                found.append(f"{host} runs slurmctld {version}, but {controller} runs slurmctld {ctld}: {rule}")
             elif daemon == "slurmdbd" and releases_apart(version, ctld) > 0:
-                found.append(f"{host} runs {said}, older than {theirs}: {rule}")
+                found.append(f"{host} runs slurmdbd {version}, older than {theirs}: {rule}")
             elif daemon == "slurmdbd" and releases_apart(ctld, version) > may_skip(version):
-                found.append(f"{host} runs {said}, too far ahead of {theirs}: {rule}")
+                found.append(f"{host} runs slurmdbd {version}, too far ahead of {theirs}: {rule}")
             elif daemon != "slurmdbd" and releases_apart(ctld, version) > 0:
-                found.append(f"{host} runs {said}, newer than {theirs}: {rule}")
+                found.append(f"{host} runs {daemon} {version}, newer than {theirs}: {rule}")
             elif daemon != "slurmdbd" and releases_apart(version, ctld) > may_skip(ctld):
-                found.append(f"{host} runs {said}, too far behind {theirs}: {rule}")
+                found.append(f"{host} runs {daemon} {version}, too far behind {theirs}: {rule}")
     return found
 
 
