@@ -3,14 +3,18 @@
     lane 1: the stand-in node image (Docker engine included), then the end-to-end lab test
             (pytest -m lab), the longest stage, so it starts first
     lane 2: lint (ruff, ansible-lint), the unit tests (pytest -m "not lab"), then molecule, one
-            scenario after the other, once the image is there
+            scenario after the other, once the image is there, on Debian 12 (bookworm) and then on
+            Debian 13 (trixie, its image built in this lane: molecule-<scenario>-trixie), then the
+            smaller end-to-end test on a Debian 13 lab of its own (lab-trixie)
 
 The lab and each molecule scenario use their own docker network, node names (Slurm's cgroups
 are named after nodes) and ports, so they can run side by side. Every stage writes its output
 to build/<stage>.log; a failed stage's log tail is printed, and its first error lines again at
 the very end (where a reader of the last lines looks). Exit status 1 when any stage failed.
 
-    python tests/stages.py [all | lint | unit | image | lab | molecule [SCENARIO ...]]
+    python tests/stages.py [all | lint | unit | image | lab | lab-trixie | molecule [RELEASE ...] [SCENARIO ...]]
+
+RELEASE is bookworm or trixie (default: both).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ BIN = Path(sys.executable).parent
 # with a traceback of where it waited and the others go on; a stage past its limit is interrupted,
 # so that CI (90 minutes at most) always ends with this script's table and the failure's log tail.
 LAB_TEST_LIMIT_S = 1200
+# molecule runs every role on each: the first is the lab's and the image stage's release
+RELEASES = ("bookworm", "trixie")
 LAB_STAGE_LIMIT_S = 4500
 STOP_GRACE = 120
 
@@ -120,16 +126,18 @@ class Stages:
         with self.lock:
             print("\n".join((picked or lines)[-100:]), flush=True)
 
-    def molecule(self, scenario: str, lane: int, image: str) -> bool:
-        """One molecule scenario; strings in molecule/<s>/secret-patterns must not reach its output."""
+    def molecule(self, scenario: str, lane: int, image: str, release: str = RELEASES[0]) -> bool:
+        """One molecule scenario on one release's image; strings in molecule/<s>/secret-patterns must not
+        reach its output."""
         env = {**self.env, "CORECTL_NODE_IMAGE": image}
-        ok = self.run(f"molecule-{scenario}", lane, [str(BIN / "molecule"), "test", "-s", scenario], env)
+        name = f"molecule-{scenario}" if release == RELEASES[0] else f"molecule-{scenario}-{release}"
+        ok = self.run(name, lane, [str(BIN / "molecule"), "test", "-s", scenario], env)
         patterns = ROOT / "molecule" / scenario / "secret-patterns"
         if ok and patterns.is_file():
-            output = (BUILD / f"molecule-{scenario}.log").read_text(errors="replace")
+            output = (BUILD / f"{name}.log").read_text(errors="replace")
             leaked = [p for p in patterns.read_text().splitlines() if p and p in output]
             if leaked:
-                self.say(f"molecule-{scenario}: a test secret appeared in the output")
+                self.say(f"{name}: a test secret appeared in the output")
                 self.outcomes[-1].ok, self.outcomes[-1].note = False, "secret in output"
                 ok = False
         return ok
@@ -146,11 +154,11 @@ def scenarios() -> list[str]:
     return sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
 
 
-def image_tag(stages: Stages) -> str | None:
-    log = BUILD / "image.log"
-    if not stages.run("image", 1, [str(BIN / "corectl"), "lab", "image"]):
+def image_tag(stages: Stages, release: str = RELEASES[0], lane: int = 1) -> str | None:
+    name = "image" if release == RELEASES[0] else f"image-{release}"
+    if not stages.run(name, lane, [str(BIN / "corectl"), "lab", "image", "--release", release]):
         return None
-    return log.read_text().split()[-1]
+    return (BUILD / f"{name}.log").read_text().split()[-1]
 
 
 def lint(stages: Stages, lane: int = 1) -> bool:
@@ -192,6 +200,9 @@ def main(argv: list[str]) -> int:
     stages = Stages()
     pytest = [str(BIN / "pytest"), "-ra", "-p", "no:cacheprovider"]
     lab_tests = [*pytest, "-v", "--durations=15", f"--timeout={LAB_TEST_LIMIT_S}", "-m", "lab"]
+    # the smaller end-to-end test on the second release (its own lab: tests/e2e/test_release_e2e.py)
+    release_tests = [*pytest, "-v", f"--timeout={LAB_TEST_LIMIT_S}", "-m", "lab_release", "tests/e2e"]
+    unit_tests = [*pytest, "-m", "not lab and not lab_release"]
     image: list[str | None] = [None]
     image_done = threading.Event()
 
@@ -201,9 +212,15 @@ def main(argv: list[str]) -> int:
         return image[0] is not None
 
     def molecule_lane(lane: int) -> bool:
-        names = argv[1:] if what == "molecule" and len(argv) > 1 else scenarios()
+        asked = argv[1:] if what == "molecule" else []
+        releases = [r for r in RELEASES if r in asked] or list(RELEASES)
+        names = [a for a in asked if a not in RELEASES] or scenarios()
         image_done.wait()
-        return image[0] is not None and all([stages.molecule(s, lane, image[0]) for s in names])
+        ok = True
+        for release in releases:
+            tag = image[0] if release == RELEASES[0] else image_tag(stages, release, lane)
+            ok = tag is not None and all([stages.molecule(s, lane, tag, release) for s in names]) and ok
+        return ok
 
     # The e2e test runs under Mitogen (2x faster here; docs/performance.md), so CI proves the whole
     # lifecycle under the accelerator; CORECTL_ACCELERATOR=none make test runs it stock. Molecule
@@ -215,19 +232,23 @@ def main(argv: list[str]) -> int:
 
     def checks_then_molecule() -> bool:
         linted = lint(stages, lane=2)
-        unit = stages.run("unit", 2, [*pytest, "-m", "not lab"])
-        return molecule_lane(2) and unit and linted
+        unit = stages.run("unit", 2, unit_tests)
+        molecule = molecule_lane(2)
+        release = stages.run(f"lab-{RELEASES[1]}", 2, release_tests, lab_env, LAB_STAGE_LIMIT_S)
+        return molecule and release and unit and linted
 
     if what == "all":
         in_parallel(lab_lane, checks_then_molecule)
     elif what == "lint":
         lint(stages)
     elif what == "unit":
-        stages.run("unit", 1, [*pytest, "-m", "not lab"])
+        stages.run("unit", 1, unit_tests)
     elif what == "image":
         build_image()
     elif what == "lab":
         stages.run("lab", 1, lab_tests, lab_env, LAB_STAGE_LIMIT_S)
+    elif what == f"lab-{RELEASES[1]}":
+        stages.run(what, 1, release_tests, lab_env, LAB_STAGE_LIMIT_S)
     elif what == "molecule":
         build_image()
         molecule_lane(1)
@@ -235,7 +256,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     print("\n" + stages.table(), flush=True)
-    for name in ("unit", "lab"):  # pytest's own closing lines
+    for name in ("unit", "lab", f"lab-{RELEASES[1]}"):  # pytest's own closing lines
         log = BUILD / f"{name}.log"
         if any(o.name == name for o in stages.outcomes):
             closing = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("=")]

@@ -453,11 +453,11 @@ CONTAINER_TASK = (
 )
 
 
-def make_container_image() -> None:
+def make_container_image(first: str = DGX1, then: str = DGX2) -> None:
     """A squashfs of a minimal Debian root (debootstrap's minbase, the stand-in nodes' image) with
     its own os-release mark, made on dgx01 and copied to dgx02, where the job's tasks find it."""
     image = subprocess.run(
-        ["docker", "inspect", "--format", "{{.Config.Image}}", DGX1], capture_output=True, text=True, check=True
+        ["docker", "inspect", "--format", "{{.Config.Image}}", first], capture_output=True, text=True, check=True
     ).stdout.strip()
     created = subprocess.run(["docker", "create", image], capture_output=True, text=True, check=True).stdout.strip()
     try:
@@ -472,13 +472,13 @@ def make_container_image() -> None:
             f" chmod 0644 {CONTAINER_IMAGE}; rm -rf /var/tmp/img"
         )
         exported = subprocess.Popen(["docker", "export", created], stdout=subprocess.PIPE)
-        subprocess.run(["docker", "exec", "-i", DGX1, "sh", "-c", pack], stdin=exported.stdout, check=True)
+        subprocess.run(["docker", "exec", "-i", first, "sh", "-c", pack], stdin=exported.stdout, check=True)
         assert exported.wait() == 0
     finally:
         subprocess.run(["docker", "rm", created], capture_output=True, check=False)
-    copied = subprocess.Popen(["docker", "exec", DGX1, "cat", CONTAINER_IMAGE], stdout=subprocess.PIPE)
+    copied = subprocess.Popen(["docker", "exec", first, "cat", CONTAINER_IMAGE], stdout=subprocess.PIPE)
     subprocess.run(
-        ["docker", "exec", "-i", DGX2, "sh", "-c", f"cat > {CONTAINER_IMAGE} && chmod 0644 {CONTAINER_IMAGE}"],
+        ["docker", "exec", "-i", then, "sh", "-c", f"cat > {CONTAINER_IMAGE} && chmod 0644 {CONTAINER_IMAGE}"],
         stdin=copied.stdout,
         check=True,
     )
@@ -1980,12 +1980,14 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, add
     assert row[2:] == ["known", "present", "present"]  # host key recorded, corectl key and python3 there
     records = [r for r in runs(lab) if r["command"].startswith("add-node e2e-dgx03")]
     assert [r["command"] for r in records] == [
+        "add-node e2e-dgx03 (slurm versions)",
         "add-node e2e-dgx03 (hosts)",
         "add-node e2e-dgx03 (config)",
         "add-node e2e-dgx03 (slurmd)",
         "add-node e2e-dgx03",
     ]
-    hosts_run, config_run, slurmd_run, node_run = records
+    versions_run, hosts_run, config_run, slurmd_run, node_run = records
+    assert set(versions_run["hosts"]) == {"e2e-dgx03"} and versions_run["hosts"]["e2e-dgx03"]["changed"] == 0
     # the existing compute nodes: /etc/hosts, then slurmd restarted with the new node list
     # (Slurm 22.05 needs it for a node definition change); their running job went on
     assert hosts_run["tags"] == "node_list"
@@ -2712,6 +2714,40 @@ def test_the_report_shows_the_accountings_gpu_hours_the_utilisation_and_its_plot
     causes = page.cause_colours(o["cause"] for o in shown["out_of_service"])
     for cause, colour in causes.items():
         assert bars(image, colour, min_height=15), f"no bar of {cause} on the timeline"
+
+
+def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming_both_slurms(lab: Path):
+    """Two OS generations, two Slurm releases (issue 28): a DGX stand-in of Debian 13 would install slurmd
+    24.11 beside the head's slurmctld 22.05. add-node refuses it before any other node changes, with one line
+    naming both, and takes the node out of cluster.yml again."""
+    args = ["--inventory", str(lab)]
+    declared = (lab / "cluster.yml").read_text()
+    started = corectl("lab", "add", *args, "--release", "trixie").stdout
+    name, address = started.split()[:2]
+    port = re.search(r"ssh 127\.0\.0\.1:(\d+)", started).group(1)
+    container = f"corectl-labtest-{name}"
+    assert "13" in docker_exec(container, "sh", "-c", ". /etc/os-release; echo $VERSION_ID")
+    head_slurm = docker_exec(HEAD, "dpkg-query", "-W", "-f=${Version}", "slurmctld").split("-")[0]
+    offered = re.search(r"Candidate: (\S+)", docker_exec(container, "apt-cache", "policy", "slurmd")).group(1)
+    before = len(runs(lab))
+    options = ["--address", address, "--profile", "dgx-standin", "--leaf", "leaf1"]
+    options += ["--ssh-host", "127.0.0.1", "--ssh-port", port, "--yes"]
+    refused = corectl("add-node", name, *args, *options, check=False)
+    assert refused.returncode == 1, refused.stdout
+    line = (
+        f"{name} would install slurmd {offered.split('-')[0]}, but e2e-head01 runs slurmctld {head_slurm}: one Slurm "
+        "release per cluster (SchedMD: upgrade slurmdbd, then slurmctld, then slurmd, at most 2 releases apart)"
+    )
+    assert refused.stderr.startswith("error: ") and line in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert head_slurm.startswith("22.05.") and offered.startswith("24.11.")
+    # nothing changed: one run, on the new node only, that changed nothing; cluster.yml as it was
+    [record] = runs(lab)[before:]
+    assert record["command"] == f"add-node {name} (slurm versions)" and record["status"] == "failed"
+    assert set(record["hosts"]) == {name} and record["hosts"][name]["changed"] == 0
+    assert (lab / "cluster.yml").read_text() == declared
+    assert name not in docker_exec(HEAD, "cat", "/etc/hosts") and name not in docker_exec(DGX1, "cat", "/etc/hosts")
+    assert docker_exec(container, "dpkg-query", "-W", "-f=${db:Status-Status}", "slurmd", check=False) != "installed"
 
 
 def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):

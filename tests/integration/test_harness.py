@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
+from corectl.errors import CorectlError
 from corectl.lab import image
-from corectl.lab.nodes import NODE_FLAGS, LabNode, LabSpec, lab_cluster, remove_slurm_cgroups
+from corectl.lab.nodes import (
+    NODE_FLAGS,
+    LabNode,
+    LabSpec,
+    lab_cluster,
+    load_spec,
+    remove_slurm_cgroups,
+    save_spec,
+)
 from corectl.site import Site
 
 
@@ -36,6 +46,30 @@ def test_image_tag_is_keyed_on_the_recipe(monkeypatch):
     assert tag == image.image_tag()
     monkeypatch.setattr(image, "PACKAGES", (*image.PACKAGES, "vim"))
     assert image.image_tag() != tag
+
+
+def test_each_release_has_its_own_image_and_its_sources(monkeypatch):
+    """Debian 12 and 13 images: their own tags, each one's apt sources naming its own suite; an unknown
+    release is refused with the known ones named."""
+    assert image.image_tag("bookworm") == image.image_tag() != image.image_tag("trixie")
+    for release in ("bookworm", "trixie"):
+        script = image.setup_script(release)
+        assert f"deb MIRROR {release} main" in script and f"deb SECURITY {release}-security main" in script
+        assert "SUITE" not in script
+    with pytest.raises(CorectlError, match=r"--release sid: no such stand-in release; one of bookworm \(Debian 12\)"):
+        image.image_tag("sid")
+
+
+def test_a_labs_release_and_its_nodes_of_another_are_kept_in_its_spec(tmp_path: Path, root: Path):
+    site = Site(root=root, directory=tmp_path / "lab")
+    spec = LabSpec(site=site, release="bookworm", releases={"dgx03": "trixie"})
+    save_spec(spec)
+    loaded = load_spec(site)
+    assert (loaded.release, loaded.releases) == ("bookworm", {"dgx03": "trixie"})
+    assert (loaded.release_of("dgx01"), loaded.release_of("dgx03")) == ("bookworm", "trixie")
+    with pytest.raises(CorectlError, match="--release jessie: no such stand-in release") as refused:
+        LabSpec(site=site, release="jessie")
+    assert refused.value.exit_code == 2
 
 
 def test_host_mirror_reads_deb822_sources(tmp_path: Path):

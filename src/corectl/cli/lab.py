@@ -23,6 +23,7 @@ def lab_up(
     runners: Annotated[
         int, typer.Option(min=0, max=8, help="runner host stand-ins; runs fan out over them, a rack per DGX")
     ] = 0,
+    release: options.ReleaseOpt = "bookworm",
     wait: WaitOpt = 0,
 ) -> None:
     """Start a head node and N DGX stand-ins and write the lab inventory for them."""
@@ -31,7 +32,14 @@ def lab_up(
 
     site = policy.site(inventory)
     spec = LabSpec(
-        site=site, computes=nodes, subnet=subnet, ssh_port_base=ssh_port_base, prefix=prefix, ceph=ceph, runners=runners
+        site=site,
+        computes=nodes,
+        subnet=subnet,
+        ssh_port_base=ssh_port_base,
+        prefix=prefix,
+        ceph=ceph,
+        runners=runners,
+        release=release,
     )
     site.directory.mkdir(parents=True, exist_ok=True)  # a new lab's site: locked like any other
     with policy.changing(site, wait):
@@ -52,11 +60,11 @@ def lab_down(inventory: LabInventoryOpt = "lab", wait: WaitOpt = 0) -> None:
 
 
 @lab_app.command("image")
-def lab_image() -> None:
-    """Build the stand-in node image if missing (starting Docker if needed); print its tag."""
+def lab_image(release: options.ReleaseOpt = "bookworm") -> None:
+    """Build the stand-in node image of a Debian release if missing (starting Docker if needed); print its tag."""
     from corectl.commands.lab import ensure_image
 
-    out.print(ensure_image())
+    out.print(ensure_image(release=release))
 
 
 @lab_app.command("replace")
@@ -90,6 +98,7 @@ def lab_add(
     head: Annotated[
         bool, typer.Option("--head", help="a second head stand-in (head02, for slurm.backup_controller)")
     ] = False,
+    release: options.NodeReleaseOpt = None,
     wait: WaitOpt = 0,
 ) -> None:
     """Start one more DGX stand-in (or a second head) beside a running lab (declare it with corectl add-node)."""
@@ -97,7 +106,7 @@ def lab_add(
 
     site = policy.site(inventory)
     with policy.changing(site, wait):
-        node = add(site, bare=bare, head=head)
+        node = add(site, bare=bare, head=head, release=release)
     out.print(f"{node.name:8} {node.address:15} ssh 127.0.0.1:{node.ssh_port}")
     if head:
         out.print(f"next: declare {node.name} in cluster.yml (profile head-standin) as slurm.backup_controller")

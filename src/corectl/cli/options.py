@@ -30,6 +30,15 @@ WaitOpt = Annotated[
         help="while another changing command holds the site, wait up to this many seconds",
     ),
 ]
+
+
+def release(help: str) -> Any:
+    """``--release SUITE``: a stand-in's Debian release (corectl.lab.image.RELEASES)."""
+    return typer.Option("--release", metavar="SUITE", help=f"{help}: bookworm (Debian 12) or trixie (Debian 13)")
+
+
+ReleaseOpt = Annotated[str, release("the stand-ins' Debian release")]
+NodeReleaseOpt = Annotated[str | None, release("its Debian release, when not the lab's")]
 LimitOpt = Annotated[
     str | None,
     typer.Option(

@@ -1,6 +1,8 @@
 """add-node and remove-node: change the cluster by one node, touching only what must change.
 
 add-node: declare the node (unless cluster.yml already does), then
+  0. the new node alone, changing nothing: its Slurm release against the controller's (refused:
+     cluster.yml as it was before),
   1. the other nodes: only the node list (tag node_list: /etc/hosts and the firewall's addresses),
   2. the controller, login and monitoring nodes: Slurm configuration and Prometheus targets
      (tags slurm, monitoring), then drain the new node in Slurm before its slurmd ever starts,
@@ -28,6 +30,7 @@ from corectl.ansible.records import expected_from_history
 from corectl.bootstrap import Login
 from corectl.bootstrap import bootstrap_nodes as bootstrap
 from corectl.errors import CorectlError
+from corectl.files import atomic_write
 from corectl.health.report import health
 from corectl.site import Site, edit
 from corectl.site.inventory import render_site, validate
@@ -37,7 +40,8 @@ from corectl.slurm import set_state
 ADD_REASON = "corectl add-node: not yet checked"
 
 
-def _step(site: Site, console: Console, title: str, **request: Any) -> RunResult:
+def _step(site: Site, console: Console, title: str, *, check: bool = True, **request: Any) -> RunResult:
+    """One playbook run of a node change; a failed one raises (``check=False``: returned, for the caller)."""
     console.print(f"[bold]{title}[/bold]")
     run = RunRequest(site=site, **request)
     with LiveProgress(
@@ -45,10 +49,34 @@ def _step(site: Site, console: Console, title: str, **request: Any) -> RunResult
     ) as progress:
         result = ansible.run(run, progress)
     console.print(summary_table(result))
-    if not result.ok:
-        failed = ", ".join(result.failed_hosts) or result.status
-        raise CorectlError(f"{title}: failed on {failed}; see {result.artifact_dir}")
+    if check and not result.ok:
+        raise _failed(title, result)
     return result
+
+
+def _failed(title: str, result: RunResult) -> CorectlError:
+    failed = ", ".join(result.failed_hosts) or result.status
+    return CorectlError(f"{title}: failed on {failed}; see {result.artifact_dir}")
+
+
+def _check_slurm_release(site: Site, console: Console, name: str, before: bytes | None) -> None:
+    """Before any other node changes: the new node's Slurm release against the cluster's
+    (playbooks/slurm-versions.yml). Refused: the node leaves cluster.yml again when add-node put it there."""
+    title = f"add-node {name}: its Slurm release against the cluster's"
+    result = _step(
+        site, console, title, check=False,
+        command=f"add-node {name} (slurm versions)", playbook="slurm-versions.yml", limit=name, secrets=False,
+    )  # fmt: skip
+    if result.ok:
+        return
+    refusals = [result.messages.get(h, "") for h in result.failed_hosts if not result.hosts[h].unreachable]
+    if not refusals:  # unreachable, or no answer: like any other step's failure
+        raise _failed(title, result)
+    if before is not None:
+        atomic_write(site.cluster_file, before)
+        render_site(site, check_only=False)
+        console.print(f"{site.cluster_file}: {name} taken out again")
+    raise CorectlError("; ".join(refusals))
 
 
 def _service_nodes(cluster: Cluster, exclude: str) -> str:
@@ -124,6 +152,7 @@ def add_node(
 ) -> None:
     current = validate(site)
     declared = any(n.name == name for n in current.nodes)
+    before = None if declared else site.cluster_file.read_bytes()
     if not declared:
         if entry is None:
             raise CorectlError(f"{name} is not in {site.cluster_file}; give --address and --profile", exit_code=2)
@@ -138,6 +167,7 @@ def add_node(
     node = cluster.node(name)
     if "compute" not in node.roles:
         raise CorectlError(f"add-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)
+    _check_slurm_release(site, console, name, before)
     others = [n.name for n in cluster.nodes if n.name != name]
     _update_hosts(site, console, "add-node", name, others)
     _update_config(site, console, cluster, "add-node", name)

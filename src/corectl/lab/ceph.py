@@ -38,7 +38,7 @@ def _stored_key(spec: LabSpec) -> str | None:
 def ensure(spec: LabSpec) -> str:
     """Start the Ceph container and its cluster (idempotent); return the monitor address."""
     name = container(spec)
-    start_container(spec, f"{spec.prefix}ceph", spec.ceph_address(), ensure_image())
+    start_container(spec, f"{spec.prefix}ceph", spec.ceph_address(), ensure_image(release=spec.release))
     wait_booted(name)
     key = _stored_key(spec) or new_cephx_key()
     inventory = {

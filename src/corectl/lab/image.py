@@ -1,7 +1,8 @@
-"""The stand-in node image: Debian bookworm with systemd as PID 1, built without a registry.
+"""The stand-in node images: Debian 12 (bookworm) or 13 (trixie) with systemd as PID 1, built
+without a registry (debootstrap).
 
-The image tag is keyed on a hash of the recipe below, so each machine builds it once and any
-change to the recipe produces a new tag (molecule and the lab always agree on the tag).
+Each release's image tag is keyed on a hash of its recipe below, so each machine builds it once
+and any change to the recipe produces a new tag (molecule and the lab always agree on the tag).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from corectl.errors import CorectlError
 from corectl.lab.docker import docker, ensure_engine, image_exists
 
 IMAGE_REPO = "corectl-node"
-SUITE = "bookworm"
+# The Debian releases a stand-in node can run, by debootstrap's suite name; the first is the default
+RELEASES = {"bookworm": "Debian 12", "trixie": "Debian 13"}
+DEFAULT_RELEASE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PACKAGES = (
     "systemd",
@@ -119,22 +122,33 @@ ln -sf /etc/systemd/system/corectl-standin-nsid.service \
 # A console getty has no console to talk to in a container.
 ln -sf /dev/null /etc/systemd/system/console-getty.service
 cat > /etc/apt/sources.list <<SOURCES
-deb MIRROR bookworm main
-deb MIRROR bookworm-updates main
-deb SECURITY bookworm-security main
+deb MIRROR SUITE main
+deb MIRROR SUITE-updates main
+deb SECURITY SUITE-security main
 SOURCES
 apt-get update -qq
 apt-get clean
 """
 
 
-def recipe_hash() -> str:
-    recipe = {"suite": SUITE, "packages": PACKAGES, "setup": SETUP_SCRIPT}
+def check_release(release: str) -> str:
+    if release not in RELEASES:
+        known = ", ".join(f"{name} ({what})" for name, what in RELEASES.items())
+        raise CorectlError(f"--release {release}: no such stand-in release; one of {known}", exit_code=2)
+    return release
+
+
+def setup_script(release: str) -> str:
+    return SETUP_SCRIPT.replace("SUITE", check_release(release))
+
+
+def recipe_hash(release: str = DEFAULT_RELEASE) -> str:
+    recipe = {"suite": release, "packages": PACKAGES, "setup": setup_script(release)}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def image_tag() -> str:
-    return f"{IMAGE_REPO}:{recipe_hash()}"
+def image_tag(release: str = DEFAULT_RELEASE) -> str:
+    return f"{IMAGE_REPO}:{recipe_hash(release)}"
 
 
 def host_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
@@ -151,10 +165,10 @@ def host_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
     return DEFAULT_MIRROR
 
 
-def ensure_image(quiet: bool = False) -> str:
-    """Return the image tag, building the image first when this machine lacks it."""
+def ensure_image(quiet: bool = False, release: str = DEFAULT_RELEASE) -> str:
+    """Return the release's image tag, building the image first when this machine lacks it."""
+    tag = image_tag(release)
     ensure_engine()
-    tag = image_tag()
     if image_exists(tag):
         return tag
     if os.geteuid() != 0:
@@ -176,14 +190,14 @@ def ensure_image(quiet: bool = False) -> str:
             "debootstrap",
             "--variant=minbase",
             f"--include={','.join(PACKAGES)}",
-            SUITE,
+            release,
             str(root),
             mirror,
         ]
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL if quiet else None, check=False)
         if proc.returncode != 0:
-            raise CorectlError(f"debootstrap of {SUITE} from {mirror} failed (exit {proc.returncode})")
-        script = SETUP_SCRIPT.replace("SECURITY", security).replace("MIRROR", mirror)
+            raise CorectlError(f"debootstrap of {release} from {mirror} failed (exit {proc.returncode})")
+        script = setup_script(release).replace("SECURITY", security).replace("MIRROR", mirror)
         proc = subprocess.run(["chroot", str(root), "/bin/sh", "-c", script], check=False)
         if proc.returncode != 0:
             raise CorectlError("configuring the stand-in image failed (chroot setup script)")
@@ -199,5 +213,7 @@ def ensure_image(quiet: bool = False) -> str:
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
             raise CorectlError(f"docker import of {tag} failed: {imp.stderr.decode().strip()}")
-    docker("tag", tag, f"{IMAGE_REPO}:latest")
+    docker("tag", tag, f"{IMAGE_REPO}:{release}")
+    if release == DEFAULT_RELEASE:
+        docker("tag", tag, f"{IMAGE_REPO}:latest")
     return tag

@@ -9,7 +9,7 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -20,7 +20,7 @@ from corectl.errors import CorectlError
 from corectl.files import atomic_write, write_if_changed
 from corectl.lab import bmc, repo
 from corectl.lab.docker import LABEL, docker, ensure_engine
-from corectl.lab.image import ensure_image
+from corectl.lab.image import DEFAULT_RELEASE, check_release, ensure_image
 from corectl.site import Site
 
 # The flags measured to run systemd as PID 1 here (see docs/testing.md); molecule's shared
@@ -66,6 +66,10 @@ class LabSpec:
     runners: int = 0
     # head stand-ins: head02 (address .9) is a second head for a backup controller (corectl lab add --head)
     heads: int = 1
+    # the Debian release of the lab's stand-ins (corectl lab image --release), and of nodes added
+    # with another one (corectl lab add --release): node name -> release
+    release: str = DEFAULT_RELEASE
+    releases: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:
@@ -76,6 +80,11 @@ class LabSpec:
             ) from None
         if not 1024 <= self.ssh_port_base <= 65535 - 64:
             raise CorectlError(f"--ssh-port-base {self.ssh_port_base}: choose a port from 1024 to 65471", exit_code=2)
+        for release in (self.release, *self.releases.values()):
+            check_release(release)
+
+    def release_of(self, node: str) -> str:
+        return self.releases.get(node, self.release)
 
     @property
     def network(self) -> str:
@@ -496,14 +505,14 @@ def _check_ssh(spec: LabSpec, key: Path) -> None:
 def up(spec: LabSpec) -> list[LabNode]:
     ensure_engine()
     _refuse_foreign_leftovers(spec.site)
-    image = ensure_image()
+    ensure_image(release=spec.release)
     key = ensure_key(spec.site)
     spec.site.directory.mkdir(parents=True, exist_ok=True)
-    _save_spec(spec)  # before any container: containers of this site without it were left by another lab
+    save_spec(spec)  # before any container: containers of this site without it were left by another lab
     _ensure_network(spec)
     repo_vars = repo.lab_vars(spec.container(f"{spec.prefix}repo"), spec.network, spec.repo_address(), spec.site.name)
     nodes = spec.nodes()
-    _start_nodes(spec, nodes, image, key)
+    _start_nodes(spec, nodes, key)
     user_key = ensure_key(spec.site, f"{LAB_USER}_ed25519").with_suffix(".pub").read_text().strip()
     write_inventory(spec, repo_vars, user_key)
     _start_bmcs(spec, nodes)
@@ -537,11 +546,11 @@ def _start_bmcs(spec: LabSpec, nodes: list[LabNode]) -> None:
         site_secrets.set_bmc_credentials(spec.site, bmc.USER, bmc.password(spec.site))
 
 
-def _start_nodes(spec: LabSpec, nodes: list[LabNode], image: str, key: Path) -> None:
+def _start_nodes(spec: LabSpec, nodes: list[LabNode], key: Path) -> None:
     public_key = key.with_suffix(".pub").read_text()
     runners = spec.runner_hosts()
     for node in [*nodes, *runners]:
-        start_container(spec, node.name, node.address, image, node.ssh_port)
+        start_container(spec, node.name, node.address, ensure_image(release=spec.release_of(node.name)), node.ssh_port)
     for node in [*nodes, *runners]:
         container = spec.container(node.name)
         wait_booted(container)
@@ -555,8 +564,9 @@ def _start_nodes(spec: LabSpec, nodes: list[LabNode], image: str, key: Path) -> 
 SPEC_FILE = "spec.json"
 
 
-def _save_spec(spec: LabSpec) -> None:
-    data = {k: getattr(spec, k) for k in ("computes", "subnet", "ssh_port_base", "prefix", "ceph", "runners", "heads")}
+def save_spec(spec: LabSpec) -> None:
+    keys = ("computes", "subnet", "ssh_port_base", "prefix", "ceph", "runners", "heads", "release", "releases")
+    data = {k: getattr(spec, k) for k in keys}
     spec.site.lab_dir.mkdir(parents=True, exist_ok=True)
     (spec.site.lab_dir / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -572,32 +582,37 @@ def load_spec(site: Site) -> LabSpec:
 BARE_ADMIN = "dgxadmin"
 
 
-def add(site: Site, bare: bool = False, head: bool = False) -> LabNode:
+def add(site: Site, bare: bool = False, head: bool = False, release: str | None = None) -> LabNode:
     """Start one more DGX stand-in beside a running lab (not declared anywhere: see corectl add-node).
 
     ``bare``: like a freshly installed machine: corectl's key is not installed and its host key not
     recorded; an admin user (dgxadmin, sudo) has a random password kept in .lab/<node>.password, for
-    `corectl bootstrap`. ``head``: the second head stand-in instead (head02; one at most).
+    `corectl bootstrap`. ``head``: the second head stand-in instead (head02; one at most). ``release``:
+    its Debian release when not the lab's (a node of another OS generation).
     """
     ensure_engine()
     spec = load_spec(site)
+    if release is not None:
+        check_release(release)
     if head and spec.heads > 1:
         raise CorectlError(f"lab {site.name} has its second head already", exit_code=2)
     spec = replace(spec, heads=2) if head else replace(spec, computes=spec.computes + 1)
     node = [n for n in spec.nodes() if n.head == head][-1]
+    if release is not None and release != spec.release:
+        spec = replace(spec, releases={**spec.releases, node.name: release})
     if bare:
         _start_bare(spec, node)
     else:
-        _start_nodes(spec, [node], ensure_image(), ensure_key(site))
+        _start_nodes(spec, [node], ensure_key(site))
     _start_bmcs(spec, [node])
-    _save_spec(spec)
+    save_spec(spec)
     return node
 
 
 def _start_bare(spec: LabSpec, node: LabNode) -> None:
     """A stand-in like a freshly installed machine: no corectl key, an admin user with a password in .lab/."""
     container = spec.container(node.name)
-    start_container(spec, node.name, node.address, ensure_image(), node.ssh_port)
+    start_container(spec, node.name, node.address, ensure_image(release=spec.release_of(node.name)), node.ssh_port)
     wait_booted(container)
     if not node.head:
         _ensure_gpu_devices(container)
