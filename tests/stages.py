@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from corectl.lab import image
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
 BIN = Path(sys.executable).parent
@@ -36,8 +38,8 @@ BIN = Path(sys.executable).parent
 # with a traceback of where it waited and the others go on; a stage past its limit is interrupted,
 # so that CI (90 minutes at most) always ends with this script's table and the failure's log tail.
 LAB_TEST_LIMIT_S = 1200
-# molecule runs every role on each: the first is the lab's and the image stage's release
-RELEASES = ("bookworm", "trixie")
+# molecule runs every role on each stand-in release: the first is the lab's and the image stage's
+RELEASES = tuple(image.RELEASES)
 LAB_STAGE_LIMIT_S = 4500
 STOP_GRACE = 120
 

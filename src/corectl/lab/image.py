@@ -22,7 +22,7 @@ from corectl.lab.docker import docker, ensure_engine, image_exists
 IMAGE_REPO = "corectl-node"
 # The Debian releases a stand-in node can run, by debootstrap's suite name; the first is the default
 RELEASES = {"bookworm": "Debian 12", "trixie": "Debian 13"}
-DEFAULT_RELEASE = "bookworm"
+DEFAULT_RELEASE = next(iter(RELEASES))
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PACKAGES = (
     "systemd",

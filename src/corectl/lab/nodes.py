@@ -592,8 +592,6 @@ def add(site: Site, bare: bool = False, head: bool = False, release: str | None 
     """
     ensure_engine()
     spec = load_spec(site)
-    if release is not None:
-        check_release(release)
     if head and spec.heads > 1:
         raise CorectlError(f"lab {site.name} has its second head already", exit_code=2)
     spec = replace(spec, heads=2) if head else replace(spec, computes=spec.computes + 1)
