@@ -1,20 +1,25 @@
-"""`make test`: every test stage in two lanes side by side, and a time table at the end.
+"""`make test`: every test stage in three lanes side by side, and a time table at the end.
 
-    lane 1: the stand-in node image (Docker engine included), then the end-to-end lab test
-            (pytest -m lab), the longest stage, so it starts first
-    lane 2: lint (ruff, ansible-lint), the unit tests (pytest -m "not lab"), then molecule, one
+    lane 1: the stand-in node image (Docker engine included), then the end-to-end lab suite
+            (pytest -m lab) but for its tests marked second_lab: the longest stage, so it starts first
+    lane 2: lint (ruff, ansible-lint), the unit tests (pytest -m "not lab ..."), then molecule, one
             scenario after the other, once the image is there, on Debian 12 (bookworm) and then on
-            Debian 13 (trixie, its image built in this lane: molecule-<scenario>-trixie), then the
-            smaller end-to-end test on a Debian 13 lab of its own (lab-trixie)
+            Debian 13 (trixie: molecule-<scenario>-trixie)
+    lane 3: once the image is there, the suite's second_lab tests (independent of the others' state)
+            and its every_lab secret scan on a second lab (lab-fleet: CORECTL_E2E_LAB=labfleet), then
+            the smaller end-to-end test on a Debian 13 lab of its own (lab-trixie)
 
-The lab and each molecule scenario use their own docker network, node names (Slurm's cgroups
-are named after nodes) and ports, so they can run side by side. Every stage writes its output
-to build/<stage>.log; a failed stage's log tail is printed, and its first error lines again at
-the very end (where a reader of the last lines looks). Exit status 1 when any stage failed.
+A release's image is built once, by the first lane that needs it (image, image-trixie). The labs and
+each molecule scenario use their own docker network, node names (Slurm's cgroups are named after
+nodes) and ports, so they can run side by side. Every stage writes its output to build/<stage>.log;
+a failed stage's log tail is printed, and its first error lines again at the very end (where a
+reader of the last lines looks). build/cpu.log has the machine's CPU use every 10 s. Exit status 1
+when any stage failed.
 
-    python tests/stages.py [all | lint | unit | image | lab | lab-trixie | molecule [RELEASE ...] [SCENARIO ...]]
+    python tests/stages.py [all | lint | unit | image | lab | lab-fleet | lab-trixie
+                            | molecule [RELEASE ...] [SCENARIO ...]]
 
-RELEASE is bookworm or trixie (default: both).
+RELEASE is bookworm or trixie (default: both). `lab` alone runs the whole suite on one lab.
 """
 
 from __future__ import annotations
@@ -156,11 +161,70 @@ def scenarios() -> list[str]:
     return sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
 
 
-def image_tag(stages: Stages, release: str = RELEASES[0], lane: int = 1) -> str | None:
-    name = "image" if release == RELEASES[0] else f"image-{release}"
-    if not stages.run(name, lane, [str(BIN / "corectl"), "lab", "image", "--release", release]):
-        return None
-    return (BUILD / f"{name}.log").read_text().split()[-1]
+class Images:
+    """Each release's stand-in image, built once by the first lane that asks for it (stage image or
+    image-<release>); a lane asking meanwhile waits for that build. None: the build failed."""
+
+    def __init__(self, stages: Stages) -> None:
+        self.stages = stages
+        self.locks = {release: threading.Lock() for release in RELEASES}
+        self.tags: dict[str, str | None] = {}
+
+    def tag(self, release: str = RELEASES[0], lane: int = 1) -> str | None:
+        with self.locks[release]:
+            if release not in self.tags:
+                name = "image" if release == RELEASES[0] else f"image-{release}"
+                argv = [str(BIN / "corectl"), "lab", "image", "--release", release]
+                built = self.stages.run(name, lane, argv)
+                self.tags[release] = (BUILD / f"{name}.log").read_text().split()[-1] if built else None
+            return self.tags[release]
+
+
+class CpuLog:
+    """The machine's CPU use (all cores, from /proc/stat) every ``every`` seconds into build/cpu.log, and on
+    average over the run: whether the lanes wait on each other for CPU or on something else."""
+
+    def __init__(self, stages: Stages, every: float = 10.0) -> None:
+        self.stages, self.every = stages, every
+        self.stop = threading.Event()
+        self.first = self.read()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    @staticmethod
+    def read() -> tuple[int, int, int]:
+        """(busy, iowait, total) jiffies of all cores."""
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+        busy = user + nice + system + irq + softirq + steal
+        return busy, iowait, busy + idle + iowait
+
+    @staticmethod
+    def share(before: tuple[int, int, int], after: tuple[int, int, int]) -> tuple[float, float]:
+        total = max(after[2] - before[2], 1)
+        return 100 * (after[0] - before[0]) / total, 100 * (after[1] - before[1]) / total
+
+    def sample(self) -> None:
+        BUILD.mkdir(exist_ok=True)
+        with (BUILD / "cpu.log").open("w") as out:
+            last = self.first
+            while not self.stop.wait(self.every):
+                now = self.read()
+                busy, iowait = self.share(last, now)
+                out.write(f"{time.monotonic() - self.stages.t0:6.0f}s busy {busy:3.0f}% iowait {iowait:3.0f}%\n")
+                out.flush()
+                last = now
+
+    def summary(self) -> str:
+        """The run's CPU use, and what it means for the wall time: busy core-seconds / cores is the least
+        time the same work takes on this machine, however the lanes are arranged."""
+        self.stop.set()
+        now = self.read()
+        busy, iowait = self.share(self.first, now)
+        cores = os.cpu_count() or 1
+        used = (now[0] - self.first[0]) / os.sysconf("SC_CLK_TCK")
+        return (
+            f"cpu: {busy:.0f}% busy, {iowait:.0f}% iowait on average over {cores} cores; {used:,.0f} busy core-seconds "
+            f"(no arrangement of the lanes runs them in under {used / cores:,.0f} s here; build/cpu.log)"
+        )
 
 
 def lint(stages: Stages, lane: int = 1) -> bool:
@@ -183,6 +247,50 @@ def python_sources() -> list[str]:
     return ["src", "tests", "bench", "collections", *packages, *shipped]
 
 
+# the scenarios' usual cost, most first: a lane that frees up late takes what is left, short ones last
+MOLECULE_ORDER = ("slurm", "gpu", "cephfs", "base", "users")
+
+
+class MoleculeQueue:
+    """The molecule stages (each scenario on each release) shared by every lane that has finished its own
+    work: whichever lane is free takes the next, so the lanes end close together. A scenario never runs on
+    two releases at once (the same instance names, network and molecule state directory)."""
+
+    def __init__(self, stages: Stages, images: Images, names: list[str], releases: list[str]) -> None:
+        self.stages, self.images = stages, images
+        cost = {name: i for i, name in enumerate(MOLECULE_ORDER)}
+        ordered = sorted(names, key=lambda name: (cost.get(name, len(cost)), name))
+        self.waiting = [(name, release) for name in ordered for release in releases]
+        self.running: set[str] = set()
+        self.changed = threading.Condition()
+        self.ok = True
+
+    def take(self) -> tuple[str, str] | None:
+        with self.changed:
+            while self.waiting:
+                free = [item for item in self.waiting if item[0] not in self.running]
+                if free:
+                    self.waiting.remove(free[0])
+                    self.running.add(free[0][0])
+                    return free[0]
+                self.changed.wait()
+            return None
+
+    def work(self, lane: int) -> bool:
+        """Run stages from the queue until it is empty; False when any stage of this lane's failed."""
+        ok = True
+        while (item := self.take()) is not None:
+            name, release = item
+            try:
+                tag = self.images.tag(release, lane)
+                ok = tag is not None and self.stages.molecule(name, lane, tag, release) and ok
+            finally:
+                with self.changed:
+                    self.running.discard(name)
+                    self.changed.notify_all()
+        return ok
+
+
 def in_parallel(*lanes: object) -> list[bool]:
     results: list[bool] = [False] * len(lanes)
 
@@ -201,64 +309,70 @@ def main(argv: list[str]) -> int:
     what = argv[0] if argv else "all"
     stages = Stages()
     pytest = [str(BIN / "pytest"), "-ra", "-p", "no:cacheprovider"]
-    lab_tests = [*pytest, "-v", "--durations=15", f"--timeout={LAB_TEST_LIMIT_S}", "-m", "lab"]
+    lab_run = [*pytest, "-v", "--durations=15", f"--timeout={LAB_TEST_LIMIT_S}"]
+    lab_tests = [*lab_run, "-m", "lab"]  # the whole suite on one lab
     # the smaller end-to-end test on the second release (its own lab: tests/e2e/test_release_e2e.py)
     release_tests = [*pytest, "-v", f"--timeout={LAB_TEST_LIMIT_S}", "-m", "lab_release", "tests/e2e"]
     unit_tests = [*pytest, "-m", "not lab and not lab_release"]
-    image: list[str | None] = [None]
-    image_done = threading.Event()
+    # the suite's second half on a second lab beside the first (tests/e2e/test_lab_e2e.py's LABS)
+    fleet_tests = [*lab_run, "-m", "second_lab or every_lab"]
+    images = Images(stages)
 
-    def build_image() -> bool:
-        image[0] = image_tag(stages)
-        image_done.set()
-        return image[0] is not None
-
-    def molecule_lane(lane: int) -> bool:
-        asked = argv[1:] if what == "molecule" else []
-        releases = [r for r in RELEASES if r in asked] or list(RELEASES)
-        names = [a for a in asked if a not in RELEASES] or scenarios()
-        image_done.wait()
-        ok = True
-        for release in releases:
-            tag = image[0] if release == RELEASES[0] else image_tag(stages, release, lane)
-            ok = tag is not None and all([stages.molecule(s, lane, tag, release) for s in names]) and ok
-        return ok
+    asked = argv[1:] if what == "molecule" else []
+    queue = MoleculeQueue(
+        stages,
+        images,
+        [a for a in asked if a not in RELEASES] or scenarios(),
+        [r for r in RELEASES if r in asked] or list(RELEASES),
+    )
 
     # The e2e test runs under Mitogen (2x faster here; docs/performance.md), so CI proves the whole
     # lifecycle under the accelerator; CORECTL_ACCELERATOR=none make test runs it stock. Molecule
     # runs every role with Ansible's own strategy either way.
     lab_env = {**stages.env, "CORECTL_ACCELERATOR": os.environ.get("CORECTL_ACCELERATOR", "mitogen")}
+    fleet_env = {**lab_env, "CORECTL_E2E_LAB": "labfleet"}
 
-    def lab_lane() -> bool:
-        return build_image() and stages.run("lab", 1, lab_tests, lab_env, LAB_STAGE_LIMIT_S)
+    def lab(name: str, lane: int, argv: list[str], env: dict[str, str], release: str = RELEASES[0]) -> bool:
+        return images.tag(release, lane) is not None and stages.run(name, lane, argv, env, LAB_STAGE_LIMIT_S)
+
+    def first_lab() -> bool:
+        ran = lab("lab", 1, [*lab_run, "-m", "lab and not second_lab"], lab_env)
+        return queue.work(1) and ran
 
     def checks_then_molecule() -> bool:
         linted = lint(stages, lane=2)
         unit = stages.run("unit", 2, unit_tests)
-        molecule = molecule_lane(2)
-        release = stages.run(f"lab-{RELEASES[1]}", 2, release_tests, lab_env, LAB_STAGE_LIMIT_S)
-        return molecule and release and unit and linted
+        return queue.work(2) and unit and linted
 
+    def second_lab_then_release() -> bool:
+        fleet = lab("lab-fleet", 3, fleet_tests, fleet_env)
+        release = lab(f"lab-{RELEASES[1]}", 3, release_tests, lab_env, RELEASES[1])
+        return queue.work(3) and fleet and release
+
+    cpu = CpuLog(stages)
+    cpu.thread.start()
     if what == "all":
-        in_parallel(lab_lane, checks_then_molecule)
+        in_parallel(first_lab, checks_then_molecule, second_lab_then_release)
     elif what == "lint":
         lint(stages)
     elif what == "unit":
         stages.run("unit", 1, unit_tests)
     elif what == "image":
-        build_image()
+        images.tag()
     elif what == "lab":
-        stages.run("lab", 1, lab_tests, lab_env, LAB_STAGE_LIMIT_S)
+        lab("lab", 1, lab_tests, lab_env)
+    elif what == "lab-fleet":
+        lab(what, 1, fleet_tests, fleet_env)
     elif what == f"lab-{RELEASES[1]}":
-        stages.run(what, 1, release_tests, lab_env, LAB_STAGE_LIMIT_S)
+        lab(what, 1, release_tests, lab_env, RELEASES[1])
     elif what == "molecule":
-        build_image()
-        molecule_lane(1)
+        queue.work(1)
     else:
         print(__doc__, file=sys.stderr)
         return 2
     print("\n" + stages.table(), flush=True)
-    for name in ("unit", "lab", f"lab-{RELEASES[1]}"):  # pytest's own closing lines
+    print(cpu.summary(), flush=True)
+    for name in ("unit", "lab", "lab-fleet", f"lab-{RELEASES[1]}"):  # pytest's own closing lines
         log = BUILD / f"{name}.log"
         if any(o.name == name for o in stages.outcomes):
             closing = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("=")]

@@ -36,9 +36,19 @@ pytestmark = pytest.mark.lab
 T = TypeVar("T")
 
 CORECTL = str(Path(sys.executable).parent / "corectl")
-SUBNET = "172.29.210.0/24"
-PORT_BASE = 22300
-HEAD, DGX1, DGX2, DGX3 = (f"corectl-labtest-e2e-{n}" for n in ("head01", "dgx01", "dgx02", "dgx03"))
+# The lab this module runs on. The whole suite runs on `labtest`; tests/stages.py runs the tests marked `second_lab`
+# (independent of the others' state) on `labfleet` at the same time (CORECTL_E2E_LAB=labfleet). Two labs on one
+# machine need their own site, subnet, ports and node names (Slurm names its host cgroups after nodes).
+LABS = {
+    "labtest": ("172.29.210", 22300, "e2e-"),
+    "labfleet": ("172.29.212", 22500, "e2f-"),
+}
+SITE = os.environ.get("CORECTL_E2E_LAB", "labtest")
+if SITE not in LABS:
+    raise SystemExit(f"CORECTL_E2E_LAB={SITE}: no such e2e lab; one of {', '.join(LABS)}")
+NET, PORT_BASE, P = LABS[SITE]
+SUBNET = f"{NET}.0/24"
+HEAD, DGX1, DGX2, DGX3 = (f"corectl-{SITE}-{P}{n}" for n in ("head01", "dgx01", "dgx02", "dgx03"))
 
 
 CONSOLE: list[str] = []  # everything corectl printed in this module (scanned for secrets at the end)
@@ -132,9 +142,9 @@ def containers(site: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def lab_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The lab's nodes started (corectl lab up), not provisioned yet; removed at the end."""
-    site = tmp_path_factory.mktemp("sites") / "labtest"
+    site = tmp_path_factory.mktemp("sites") / SITE
     args = ["--inventory", str(site)]
-    options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
+    options = ["--nodes", "2", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", P]
     # an earlier run killed before its teardown (a stopped CI) leaves containers named like these:
     # this run's lab must not adopt them
     corectl("lab", "down", *args)
@@ -164,11 +174,11 @@ def test_lab_up_wrote_the_inventory(lab_up: Path):
     assert (lab / "cluster.yml").is_file()
     assert (lab / "hosts.yml").is_file()
     assert containers(lab) == [
-        "corectl-labtest-e2e-ceph",
-        "corectl-labtest-e2e-dgx01",
-        "corectl-labtest-e2e-dgx02",
-        "corectl-labtest-e2e-head01",
-        "corectl-labtest-e2e-repo",
+        f"corectl-{SITE}-{P}ceph",
+        f"corectl-{SITE}-{P}dgx01",
+        f"corectl-{SITE}-{P}dgx02",
+        f"corectl-{SITE}-{P}head01",
+        f"corectl-{SITE}-{P}repo",
     ]
     known = (lab / "known_hosts").read_text().splitlines()
     assert [line.split()[0] for line in known] == [f"[127.0.0.1]:{PORT_BASE + i}" for i in range(3)]
@@ -176,9 +186,9 @@ def test_lab_up_wrote_the_inventory(lab_up: Path):
     # another directory's lab of the same name would adopt these containers: refused, none touched
     started = {name: container_started(name) for name in containers(lab)}
     other = lab.parent / "elsewhere" / lab.name
-    refused = corectl("lab", "up", "--inventory", str(other), "--subnet", SUBNET, "--prefix", "e2e-", check=False)
+    refused = corectl("lab", "up", "--inventory", str(other), "--subnet", SUBNET, "--prefix", P, check=False)
     assert refused.returncode == 1, refused
-    assert refused.stderr.startswith("error: containers of an earlier lab named labtest exist (corectl-labtest-e2e-")
+    assert refused.stderr.startswith(f"error: containers of an earlier lab named {SITE} exist (corectl-{SITE}-{P}")
     assert f"remove them with: corectl lab down --inventory {other}" in refused.stderr
     assert {name: container_started(name) for name in containers(lab)} == started
     assert not (other / ".lab").exists()
@@ -191,32 +201,32 @@ def test_provision_converges(lab: Path, first_provision: subprocess.CompletedPro
     assert "failed=0 hosts=3" in first.stdout
     record = runs(lab)[-1]
     assert record["status"] == "successful"
-    assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
+    assert set(record["hosts"]) == {f"{P}head01", f"{P}dgx01", f"{P}dgx02"}
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in record["hosts"].values())
     # what the run did is real on the node: the compute node syncs time from the head node
     sources = subprocess.run(
-        ["docker", "exec", "corectl-labtest-e2e-dgx01", "chronyc", "-n", "-c", "sources"],
+        ["docker", "exec", f"corectl-{SITE}-{P}dgx01", "chronyc", "-n", "-c", "sources"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert "172.29.210.10" in sources
+    assert f"{NET}.10" in sources
     # the fabric (switches.json) reached Slurm: the controller knows which leaf each node is on
     topology = {
         line.split()[0]: set(line.split()[1:])
-        for line in docker_exec("corectl-labtest-e2e-head01", "scontrol", "show", "topology").splitlines()
+        for line in docker_exec(f"corectl-{SITE}-{P}head01", "scontrol", "show", "topology").splitlines()
         if line.startswith("SwitchName=")
     }
     assert set(topology) == {"SwitchName=leaf1", "SwitchName=spine1"}, topology
-    assert "Nodes=e2e-dgx[01-02]" in topology["SwitchName=leaf1"]
+    assert f"Nodes={P}dgx[01-02]" in topology["SwitchName=leaf1"]
     assert "Switches=leaf1" in topology["SwitchName=spine1"]
 
 
 def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
-    head = "corectl-labtest-e2e-head01"
+    head = f"corectl-{SITE}-{P}head01"
     sinfo = docker_exec(head, "sinfo", "--noheader", "--Node", "--format", "%N %t %P")
-    assert sinfo.split() == ["e2e-dgx01", "idle", "batch*", "e2e-dgx02", "idle", "batch*"]
+    assert sinfo.split() == [f"{P}dgx01", "idle", "batch*", f"{P}dgx02", "idle", "batch*"]
     # a declared user runs a 2-node job
     out = docker_exec(head, "runuser", "-u", "alice", "--", "srun", "--nodes=2", "hostname")
-    assert sorted(out.split()) == ["e2e-dgx01", "e2e-dgx02"]
+    assert sorted(out.split()) == [f"{P}dgx01", f"{P}dgx02"]
     # the generated secrets reached the nodes ...
     site = resolve_site(str(lab))
     files = secrets.SecretFiles(site)
@@ -224,7 +234,7 @@ def test_slurm_runs_a_job_and_secrets_stay_out_of_the_artifacts(lab: Path):
     values = secrets.read_values(site)
     password = values["corectl_slurm_db_password"]
     node_key = subprocess.run(
-        ["docker", "exec", "corectl-labtest-e2e-dgx01", "cat", "/etc/munge/munge.key"],
+        ["docker", "exec", f"corectl-{SITE}-{P}dgx01", "cat", "/etc/munge/munge.key"],
         capture_output=True, check=True,
     ).stdout  # fmt: skip
     assert node_key == key
@@ -256,7 +266,7 @@ def test_pam_slurm_adopt_lets_users_only_onto_nodes_with_their_jobs(lab: Path):
     assert "Access denied by pam_slurm_adopt: you have no active jobs on this node" in denied.stderr
     # with a job there, her session is adopted into the job's cgroup
     job = docker_exec(
-        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx01", "--chdir=/tmp",
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", f"--nodelist={P}dgx01", "--chdir=/tmp",
         "--output=/dev/null", "--wrap", "sleep 600",
     ).strip()  # fmt: skip
     try:
@@ -300,12 +310,12 @@ def test_plan_names_a_real_pending_change(lab: Path):
     limits = "/etc/security/limits.d/90-corectl.conf"
     docker_exec(DGX1, "mv", limits, "/root/90-corectl.conf")
     try:
-        plan = corectl("plan", "--inventory", str(lab), "--limit", "e2e-dgx01", "--tags", "base")
+        plan = corectl("plan", "--inventory", str(lab), "--limit", f"{P}dgx01", "--tags", "base")
         missing = subprocess.run(["docker", "exec", DGX1, "test", "-e", limits], check=False).returncode
     finally:
         docker_exec(DGX1, "mv", "/root/90-corectl.conf", limits)
     plan_rows = [row for row in table_rows(plan.stdout) if len(row) == 2]  # host | tasks that would change
-    assert plan_rows == [["e2e-dgx01", "base: /etc/security/limits.d/90-corectl.conf"]], plan.stdout
+    assert plan_rows == [[f"{P}dgx01", "base: /etc/security/limits.d/90-corectl.conf"]], plan.stdout
     assert missing == 1  # a plan is a dry run: the file is still missing after it
     assert (runs(lab)[-1]["command"], runs(lab)[-1]["check"]) == ("plan", True)
 
@@ -316,7 +326,7 @@ def prometheus(head: str, path: str) -> dict:
 
 
 def test_gpu_stack_monitoring_and_containers(lab: Path):
-    head, dgx = "corectl-labtest-e2e-head01", "corectl-labtest-e2e-dgx01"
+    head, dgx = f"corectl-{SITE}-{P}head01", f"corectl-{SITE}-{P}dgx01"
     # the driver, Fabric Manager and DCGM from the stand-in repository, at the declared versions
     versions = docker_exec(
         dgx, "dpkg-query", "-W", "-f=${Package}=${Version}\\n", "cuda-drivers-580", "nvidia-fabricmanager"
@@ -335,21 +345,21 @@ def test_gpu_stack_monitoring_and_containers(lab: Path):
             break
         time.sleep(3)
     assert health == [
-        ("e2e-dgx01", "dcgm", "up"),
-        ("e2e-dgx01", "node", "up"),
-        ("e2e-dgx02", "dcgm", "up"),
-        ("e2e-dgx02", "node", "up"),
-        ("e2e-head01", "node", "up"),
+        (f"{P}dgx01", "dcgm", "up"),
+        (f"{P}dgx01", "node", "up"),
+        (f"{P}dgx02", "dcgm", "up"),
+        (f"{P}dgx02", "node", "up"),
+        (f"{P}head01", "node", "up"),
         ("self", "prometheus", "up"),
     ]
     series = prometheus(head, "/api/v1/query?query=DCGM_FI_DEV_GPU_TEMP")["data"]["result"]
     per_node = sorted((s["metric"]["node"], int(s["metric"]["gpu"])) for s in series)
-    assert per_node == [(node, gpu) for node in ("e2e-dgx01", "e2e-dgx02") for gpu in range(8)]
+    assert per_node == [(node, gpu) for node in (f"{P}dgx01", f"{P}dgx02") for gpu in range(8)]
 
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "roles" / "monitoring" / "files" / "dashboards"
 # what a Grafana viewer picks (node, user) and Grafana fills in (range, rate interval), to run a panel's query by hand
-PANEL_VARIABLES = {"$node": "e2e-dgx01", "$user": "alice", "$__range": "1h", "$__rate_interval": "1m"}
+PANEL_VARIABLES = {"$node": f"{P}dgx01", "$user": "alice", "$__range": "1h", "$__rate_interval": "1m"}
 # node_exporter reads InfiniBand counters only from /sys/class/infiniband, which containers do not have (the stand-in
 # ports live in gpu-sim's own tree): that panel's query must run, but has no series here (docs/testing.md)
 NO_SERIES_ON_STANDINS = {"InfiniBand receive errors"}
@@ -380,8 +390,8 @@ def test_every_dashboard_panel_answers_from_prometheus_and_alices_job_is_under_a
     for gpu in range(8):
         docker_exec(DGX1, "gpu-sim", "set", f"gpus.{gpu}.utilization_pct", "80")
         docker_exec(DGX1, "gpu-sim", "set", f"gpus.{gpu}.memory_used_mib", "40960")
-    job = sbatch("--gpus=2", "--nodelist=e2e-dgx01", "--wrap", "sleep 600")
-    corectl("drain", "e2e-dgx02", "--reason", "e2e dashboards", "--inventory", str(lab))
+    job = sbatch("--gpus=2", f"--nodelist={P}dgx01", "--wrap", "sleep 600")
+    corectl("drain", f"{P}dgx02", "--reason", "e2e dashboards", "--inventory", str(lab))
     try:
         wait_for(lambda: job_state(job), lambda s: s.startswith("RUNNING"), 120)
         docker_exec(HEAD, "systemctl", "start", "corectl-slurm-metrics.service")  # as its timer would, sooner
@@ -424,13 +434,13 @@ def test_every_dashboard_panel_answers_from_prometheus_and_alices_job_is_under_a
         # (a job without GPUs, another test's, would hold 0)
         assert [(s["metric"]["user"], float(s["value"][1])) for s in held if float(s["value"][1])] == [("alice", 2.0)]
         per_job = panel_query(panels["GPU utilisation per job"])["data"]["result"]
-        assert {(s["metric"]["hpc_job"], s["metric"]["node"]) for s in per_job} == {(job, "e2e-dgx01")}
+        assert {(s["metric"]["hpc_job"], s["metric"]["node"]) for s in per_job} == {(job, f"{P}dgx01")}
         assert len(per_job) == 2
         drained = panel_query("corectl_slurm_node_drained")["data"]["result"]
-        assert [(s["metric"]["slurm_node"], s["metric"]["cause"]) for s in drained] == [("e2e-dgx02", "other")]
+        assert [(s["metric"]["slurm_node"], s["metric"]["cause"]) for s in drained] == [(f"{P}dgx02", "other")]
     finally:
         docker_exec(HEAD, "scancel", job, check=False)
-        corectl("resume", "e2e-dgx02", "--inventory", str(lab))
+        corectl("resume", f"{P}dgx02", "--inventory", str(lab))
         for gpu in range(8):
             docker_exec(DGX1, "gpu-sim", "set", f"gpus.{gpu}.utilization_pct", "0")
             docker_exec(DGX1, "gpu-sim", "set", f"gpus.{gpu}.memory_used_mib", "0")
@@ -508,7 +518,7 @@ def test_a_container_job_runs_through_pyxis_and_enroot(lab: Path, container_imag
     )  # fmt: skip
     cgroups = {}
     try:
-        for node, container in (("e2e-dgx01", DGX1), ("e2e-dgx02", DGX2)):
+        for node, container in ((f"{P}dgx01", DGX1), (f"{P}dgx02", DGX2)):
             pid = wait_for(
                 lambda c=container, n=node: docker_exec(c, "cat", f"/home/alice/pyxis-pid-{n}", check=False).strip(),
                 lambda found: found != "" or job.poll() is not None,
@@ -524,7 +534,7 @@ def test_a_container_job_runs_through_pyxis_and_enroot(lab: Path, container_imag
     assert job.returncode == 0, out + err
     lines = sorted(out.split("\n")[:-1])
     assert len(lines) == 2, out + err
-    for line, node, container in zip(lines, ("e2e-dgx01", "e2e-dgx02"), (DGX1, DGX2), strict=True):
+    for line, node, container in zip(lines, (f"{P}dgx01", f"{P}dgx02"), (DGX1, DGX2), strict=True):
         fields = dict(item.split("=", 1) for item in line.split())
         assert fields["node"] == node and fields["user"] == "alice:20001", line
         assert fields["os"] == "corectl-e2e", line  # the image's os-release, not the node's
@@ -568,7 +578,7 @@ def make_mpi_image() -> None:
     image = subprocess.run(
         ["docker", "inspect", "--format", "{{.Config.Image}}", DGX1], capture_output=True, text=True, check=True
     ).stdout.strip()
-    name = "corectl-labtest-e2e-mpi-image"
+    name = f"corectl-{SITE}-{P}mpi-image"
     subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
     install = (
         "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
@@ -626,7 +636,7 @@ def test_an_mpi_job_runs_across_two_nodes_through_pmix_bare_and_in_a_container(l
             if extra:
                 assert place["tmp"] == "tmpfs", place
             else:
-                assert re.search(r"\[/raid/slurm-job-tmp/e2e-dgx0[12]/\d+/\.\d+\]$", place["tmp"]), place
+                assert re.search(rf"\[/raid/slurm-job-tmp/{P}dgx0[12]/\d+/\.\d+\]$", place["tmp"]), place
             # PMIx's server is reachable from the task, in the container too
             assert int(place["pmix"]) >= 1, place
 
@@ -638,7 +648,7 @@ def test_each_job_has_its_own_tmp_that_is_gone_after_it(lab: Path):
     )
     docker_exec(DGX1, "sh", "-c", "rm -f /home/alice/e2e-tmp-*")
     first = subprocess.Popen(
-        ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1",
+        ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx01", "--ntasks=1",
          "--cpus-per-task=1", "sh", "-c", hold],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -647,15 +657,15 @@ def test_each_job_has_its_own_tmp_that_is_gone_after_it(lab: Path):
                         lambda found: len(found) == 2 or first.poll() is not None, 120)  # fmt: skip
         assert len(seen) == 2, first.communicate()
         job, mount = seen
-        assert mount.endswith(f"/slurm-job-tmp/e2e-dgx01/{job}/.{job}]"), mount
+        assert mount.endswith(f"/slurm-job-tmp/{P}dgx01/{job}/.{job}]"), mount
         # a second job at the same time on the same node sees an empty /tmp of its own
         second = docker_exec(
-            HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1", "--cpus-per-task=1",
+            HEAD, "runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx01", "--ntasks=1", "--cpus-per-task=1",
             "sh", "-c", "ls -A /tmp; findmnt -n -o SOURCE /tmp",
         ).split()  # fmt: skip
-        assert len(second) == 1 and second[0] != mount and "/slurm-job-tmp/e2e-dgx01/" in second[0], second
+        assert len(second) == 1 and second[0] != mount and f"/slurm-job-tmp/{P}dgx01/" in second[0], second
         # the first job's file is on the node's scratch while it runs, not in the node's /tmp
-        kept = docker_exec(DGX1, "sh", "-c", f"cat /raid/slurm-job-tmp/e2e-dgx01/{job}/.{job}/e2e-private")
+        kept = docker_exec(DGX1, "sh", "-c", f"cat /raid/slurm-job-tmp/{P}dgx01/{job}/.{job}/e2e-private")
         assert kept.strip() == f"from {job}"
         assert docker_exec(DGX1, "sh", "-c", "ls -A /tmp").split().count("e2e-private") == 0
         docker_exec(DGX1, "runuser", "-u", "alice", "--", "touch", "/home/alice/e2e-tmp-done")
@@ -665,7 +675,7 @@ def test_each_job_has_its_own_tmp_that_is_gone_after_it(lab: Path):
         if first.poll() is None:
             first.kill()
     # the job is over: its directory is gone from the scratch
-    listing = f"ls -A /raid/slurm-job-tmp/e2e-dgx01/ | grep -x {job}; true"
+    listing = f"ls -A /raid/slurm-job-tmp/{P}dgx01/ | grep -x {job}; true"
     left = wait_for(lambda: docker_exec(DGX1, "sh", "-c", listing), lambda found: found.strip() == "", 30)
     assert left.strip() == "", left
 
@@ -679,7 +689,7 @@ def test_gpus_come_with_the_cores_of_their_socket(lab: Path):
     for _ in range(2):
         docker_exec(DGX1, "sh", "-c", "rm -f /home/alice/e2e-bind-*")
         filler = subprocess.Popen(
-            ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1",
+            ["docker", "exec", HEAD, "runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx01", "--ntasks=1",
              "--cpus-per-task=1", "sh", "-c",
              'grep Cpus_allowed_list /proc/self/status | cut -f2 > "$HOME/e2e-bind-filler";'
              ' until [ -e "$HOME/e2e-bind-done" ]; do sleep 0.5; done'],
@@ -690,7 +700,7 @@ def test_gpus_come_with_the_cores_of_their_socket(lab: Path):
                             lambda found, job=filler: found != "" or job.poll() is not None, 60)  # fmt: skip
             assert core in ("0", "1"), filler.communicate()
             bound = docker_exec(
-                HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", "--ntasks=1",
+                HEAD, "runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx01", "--ntasks=1",
                 "--cpus-per-task=1", "--gres=gpu:4", "--gres-flags=enforce-binding", "sh", "-c", gpu_task,
             ).strip()  # fmt: skip
             other = 1 - int(core)
@@ -722,7 +732,7 @@ def test_the_epilog_kills_what_a_job_left_on_its_gpus_and_drains_when_a_gpu_stay
     )
     docker_exec(DGX1, "sh", "-c", "rm -f /home/alice/e2e-handover-*")
     jobs = [
-        sbatch("--nodelist=e2e-dgx01", "--ntasks=1", "--cpus-per-task=1", "--gres=gpu:4", f"--job-name=handover-{n}",
+        sbatch(f"--nodelist={P}dgx01", "--ntasks=1", "--cpus-per-task=1", "--gres=gpu:4", f"--job-name=handover-{n}",
                "--wrap", f"sh -c '{hold}' - {n}")
         for n in ("a", "b")
     ]  # fmt: skip
@@ -748,12 +758,12 @@ def test_the_epilog_kills_what_a_job_left_on_its_gpus_and_drains_when_a_gpu_stay
         wait_for(lambda: process_running(DGX1, on_b), lambda running: not running, 60)
         assert not process_running(DGX1, on_b)
         assert process_running(DGX1, on_a)  # on job A's GPU: not B's to kill
-        assert not slurm_reason("e2e-dgx01").startswith("drain"), slurm_reason("e2e-dgx01")
+        assert not slurm_reason(f"{P}dgx01").startswith("drain"), slurm_reason(f"{P}dgx01")
 
         # a GPU whose context is never released (the stand-in's --stuck) after its process dies
         docker_exec(DGX1, "gpu-sim", "attach", "--gpu", str(gpus["a"][2]), "--pid", str(stuck_on_a), "--stuck")
         docker_exec(DGX1, "touch", "/home/alice/e2e-handover-a-done")
-        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda found: "corectl-epilog" in found, 90)
+        state = wait_for(lambda: slurm_reason(f"{P}dgx01"), lambda found: "corectl-epilog" in found, 90)
         assert state.split("|")[0] in ("drain", "drng"), state
         assert f"left pid {stuck_on_a} (sleep) on GPU {gpus['a'][2]}, still there after SIGKILL" in state, state
         assert not process_running(DGX1, on_a) and not process_running(DGX1, stuck_on_a)
@@ -763,9 +773,9 @@ def test_the_epilog_kills_what_a_job_left_on_its_gpus_and_drains_when_a_gpu_stay
         docker_exec(DGX1, "gpu-sim", "detach", check=False)
         for pid in strays:
             docker_exec(DGX1, "kill", "-9", str(pid), check=False)
-        if "corectl-epilog" in slurm_reason("e2e-dgx01"):
-            docker_exec(HEAD, "scontrol", "update", "nodename=e2e-dgx01", "state=resume")
-    back = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda found: found.split("|")[0] == "idle", 60)
+        if "corectl-epilog" in slurm_reason(f"{P}dgx01"):
+            docker_exec(HEAD, "scontrol", "update", f"nodename={P}dgx01", "state=resume")
+    back = wait_for(lambda: slurm_reason(f"{P}dgx01"), lambda found: found.split("|")[0] == "idle", 60)
     assert back.startswith("idle"), back
 
 
@@ -782,7 +792,7 @@ def test_nvml_autodetect_without_its_plugin_stops_the_run_before_any_change(lab:
         corectl("render", "--inventory", str(lab))
     assert refused.returncode == 1, refused.stdout
     slurm = docker_exec(DGX1, "dpkg-query", "-W", "-f=${Version}", "slurm-wlm-basic-plugins")
-    for node in ("e2e-dgx01", "e2e-dgx02"):
+    for node in (f"{P}dgx01", f"{P}dgx02"):
         assert (
             f"{node}: gpus.autodetect nvml needs slurm-wlm-nvml-plugin {slurm} (Debian contrib) and the "
             "driver's libnvidia-ml, but no repository of the node offers the plugin" in refused.stdout
@@ -790,7 +800,7 @@ def test_nvml_autodetect_without_its_plugin_stops_the_run_before_any_change(lab:
     record = runs(lab)[-1]
     assert record["status"] == "failed"
     assert all(h["changed"] == 0 for h in record["hosts"].values()), record["hosts"]
-    assert set(record["hosts"]) == {"e2e-dgx01", "e2e-dgx02"}  # stopped in its first play: no other host reached
+    assert set(record["hosts"]) == {f"{P}dgx01", f"{P}dgx02"}  # stopped in its first play: no other host reached
 
 
 def sbatch(*args: str) -> str:
@@ -820,7 +830,7 @@ def test_fair_share_tree_and_gpu_jobs_count_in_usage(lab: Path):
     billed = {}
     for gres in ("", "--gres=gpu:4"):
         job = docker_exec(
-            HEAD, "runuser", "-u", "alice", "--", "srun", "--account=vision", "--nodelist=e2e-dgx02", "--ntasks=1",
+            HEAD, "runuser", "-u", "alice", "--", "srun", "--account=vision", f"--nodelist={P}dgx02", "--ntasks=1",
             "--cpus-per-task=1", *([gres] if gres else []), "sh", "-c", 'sleep 2; echo "$SLURM_JOB_ID"',
         ).strip()  # fmt: skip
         # slurmctld hands the job's record to slurmdbd through a queue: wait for it to be there
@@ -838,13 +848,13 @@ def test_fair_share_tree_and_gpu_jobs_count_in_usage(lab: Path):
 
 def test_a_job_past_its_accounts_gpu_cap_pends_with_slurms_reason(lab: Path):
     # vision's cap is gres/gpu=4 (GrpTRES): 4 GPUs run, one more waits although dgx02 has 8 free
-    first = sbatch("--account=vision", "--nodelist=e2e-dgx01", "--gres=gpu:4", "--wrap", "sleep 300")
-    second = sbatch("--account=vision", "--nodelist=e2e-dgx02", "--gres=gpu:1", "--wrap", "sleep 300")
+    first = sbatch("--account=vision", f"--nodelist={P}dgx01", "--gres=gpu:4", "--wrap", "sleep 300")
+    second = sbatch("--account=vision", f"--nodelist={P}dgx02", "--gres=gpu:1", "--wrap", "sleep 300")
     try:
         assert wait_for(lambda: job_state(first), lambda s: s.startswith("RUNNING"), 60).startswith("RUNNING")
         assert wait_for(lambda: job_state(second), lambda s: s == "PENDING AssocGrpGRES", 60) == "PENDING AssocGrpGRES"
         # under research itself, which has no cap, the same request runs
-        third = sbatch("--account=research", "--nodelist=e2e-dgx02", "--gres=gpu:1", "--wrap", "sleep 300")
+        third = sbatch("--account=research", f"--nodelist={P}dgx02", "--gres=gpu:1", "--wrap", "sleep 300")
         assert wait_for(lambda: job_state(third), lambda s: s.startswith("RUNNING"), 60).startswith("RUNNING")
     finally:
         docker_exec(HEAD, "scancel", "--user=alice")
@@ -891,7 +901,7 @@ def test_the_accounting_database_converges_to_cluster_yml(lab: Path):
     assert vision_limit() == "gres/gpu=7"
     corectl("provision", *args)
     assert vision_limit() == "gres/gpu=4"
-    assert last_run_changes(lab) == {"e2e-head01": 1, "e2e-dgx01": 0, "e2e-dgx02": 0}
+    assert last_run_changes(lab) == {f"{P}head01": 1, f"{P}dgx01": 0, f"{P}dgx02": 0}
     corectl("provision", *args)
     assert set(last_run_changes(lab).values()) == {0}
     # an account cluster.yml drops while it has a pending job is reported and kept
@@ -905,7 +915,7 @@ def test_the_accounting_database_converges_to_cluster_yml(lab: Path):
     try:
         corectl("render", "--inventory", str(lab))
         kept = corectl("provision", *args)
-        assert "WARNING e2e-head01: account vision: kept, it has running or pending jobs" in kept.stdout, kept.stdout
+        assert f"WARNING {P}head01: account vision: kept, it has running or pending jobs" in kept.stdout, kept.stdout
         assert vision_limit() == "gres/gpu=4"
     finally:
         cluster_yml.write_text(declared)
@@ -932,7 +942,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     up = "/api/v1/query?query=up%7Bjob%3D%22node%22%7D"
     wait_for(lambda: prometheus(HEAD, up)["data"]["result"], lambda series: len(series) >= 3, 120)
     [taken] = json.loads(corectl("backup", *args, "--json").stdout)
-    assert (taken["host"], taken["verified"]) == ("e2e-head01", "ok"), taken
+    assert (taken["host"], taken["verified"]) == (f"{P}head01", "ok"), taken
     archives = ["prometheus-tsdb.tar.gz", "slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]
     assert taken["files"] == ["corectl-site.tar.gz", *archives]
     path = f"/shared/corectl-backups/{taken['name']}"
@@ -947,7 +957,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     assert [name for name in tsdb if re.fullmatch(r"prometheus/[0-9A-Z]{26}/meta\.json", name)], tsdb
     assert docker_exec(HEAD, "ls", "-A", "/var/lib/prometheus/metrics2/snapshots").split() == []
     # its admin API is on, so its port answers the head itself and operators' networks, not the nodes
-    reach = "import socket; socket.create_connection(('172.29.210.10', 9090), timeout=10)"
+    reach = f"import socket; socket.create_connection(('{NET}.10', 9090), timeout=10)"
     refused = exec_in(DGX1, "python3", "-c", reach)
     assert refused.returncode == 1 and "ConnectionRefusedError" in refused.stderr, refused
     site_files = docker_exec(HEAD, "tar", "-tzf", f"{path}/corectl-site.tar.gz").split()
@@ -971,7 +981,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     def kept_series() -> list:
         return [(r["metric"]["node"], r["value"][1]) for r in prometheus(HEAD, query)["data"]["result"]]
 
-    assert wait_for(kept_series, lambda series: series == [("e2e-head01", "2")], 90) == [("e2e-head01", "2")]
+    assert wait_for(kept_series, lambda series: series == [(f"{P}head01", "2")], 90) == [(f"{P}head01", "2")]
     # a byte changed in the newest dump: named, and the listing exits 1
     newest = f"/shared/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
     docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
@@ -982,7 +992,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     assert rows == {kept[0]["name"]: "ok", kept[-1]["name"]: corrupt}, broken.stdout
 
 
-CEPH = "corectl-labtest-e2e-ceph"  # the stand-in Ceph server's container: the backup host of the next test
+CEPH = f"corectl-{SITE}-{P}ceph"  # the stand-in Ceph server's container: the backup host of the next test
 
 
 def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
@@ -996,10 +1006,10 @@ def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
     declared = cluster_yml.read_text()
     host_key = " ".join(docker_exec(CEPH, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
     config = yaml.safe_load(declared)
-    backup_host = {"host": "172.29.210.5", "user": "corectl-backup", "host_key": host_key}
+    backup_host = {"host": f"{NET}.5", "user": "corectl-backup", "host_key": host_key}
     config["backup"].update(destination="/srv/corectl-backups", ssh=backup_host)
     cluster_yml.write_text(yaml.safe_dump(config, sort_keys=False))
-    where = "corectl-backup@172.29.210.5:/srv/corectl-backups"
+    where = f"corectl-backup@{NET}.5:/srv/corectl-backups"
     try:
         assert "corectl_backup_ssh_key" in corectl("secrets", "init", *args).stdout
         public = corectl("secrets", "backup-key", *args).stdout.strip()
@@ -1012,7 +1022,7 @@ def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
             " && chown corectl-backup ~corectl-backup/.ssh/authorized_keys"
         )
         docker_exec(CEPH, "sh", "-c", prepare)
-        corectl("provision", *args, "--limit", "e2e-head01", "--tags", "backup")
+        corectl("provision", *args, "--limit", f"{P}head01", "--tags", "backup")
         assert docker_exec(HEAD, "stat", "-c", "%a %U", "/etc/corectl/backup-ssh/id_ed25519").split() == ["600", "root"]
         [taken] = json.loads(corectl("backup", *args, "--json").stdout)
         assert (taken["verified"], taken["path"]) == ("ok", f"{where}/{taken['name']}"), taken
@@ -1046,12 +1056,12 @@ def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
         assert docker_exec(HEAD, "ls", "-A", "/var/lib/corectl/backup-staging").split() == []
         # another host key at that address (the head's own, as a host put in its place would show): refused
         impostor = " ".join(docker_exec(HEAD, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
-        docker_exec(HEAD, "sh", "-c", f"echo '172.29.210.5 {impostor}' > /etc/corectl/backup-ssh/known_hosts")
+        docker_exec(HEAD, "sh", "-c", f"echo '{NET}.5 {impostor}' > /etc/corectl/backup-ssh/known_hosts")
         refused = exec_in(HEAD, "corectl-backup", "list")
         assert refused.returncode == 1 and "Host key verification failed" in refused.stderr, refused
     finally:
         cluster_yml.write_text(declared)
-        corectl("provision", *args, "--limit", "e2e-head01", "--tags", "backup")
+        corectl("provision", *args, "--limit", f"{P}head01", "--tags", "backup")
     assert exec_in(HEAD, "test", "-e", "/etc/corectl/backup-ssh").returncode == 1  # the key is gone with the host
 
 
@@ -1060,26 +1070,26 @@ def test_every_nodes_logs_reach_the_head_and_are_read_there_while_the_node_is_do
     head's copy (named from the sender's address), also while the node is stopped."""
     args = ("--inventory", str(lab))
     marker = f"e2e-logs-{uuid.uuid4().hex[:8]}"
-    for container, node in ((DGX1, "e2e-dgx01"), (DGX2, "e2e-dgx02")):
+    for container, node in ((DGX1, f"{P}dgx01"), (DGX2, f"{P}dgx02")):
         docker_exec(container, "logger", "-t", "e2e", f"{marker} from {node}")
-    read = ("logs", "e2e-dgx02", *args, "--grep", marker)
+    read = ("logs", f"{P}dgx02", *args, "--grep", marker)
 
     def dgx02_lines() -> list[str]:
         return corectl(*read, check=False).stdout.splitlines()
 
     seen = wait_for(dgx02_lines, lambda lines: len(lines) == 1, 90)
-    assert seen[0].endswith(f" e2e: {marker} from e2e-dgx02"), seen
+    assert seen[0].endswith(f" e2e: {marker} from {P}dgx02"), seen
     subprocess.run(["docker", "stop", DGX2], capture_output=True, check=True)
     try:
         down = corectl(*read).stdout.splitlines()  # the node is down: its lines are on the head
         assert down == seen
-        since = corectl("logs", "e2e-dgx01", *args, "--grep", marker, "--since", "10m").stdout.splitlines()
-        assert len(since) == 1 and since[0].endswith(f" e2e: {marker} from e2e-dgx01"), since
+        since = corectl("logs", f"{P}dgx01", *args, "--grep", marker, "--since", "10m").stdout.splitlines()
+        assert len(since) == 1 and since[0].endswith(f" e2e: {marker} from {P}dgx01"), since
     finally:
         subprocess.run(["docker", "start", DGX2], capture_output=True, check=True)
-        wait_for(lambda: slurm_reason("e2e-dgx02"), lambda reason: reason == "idle|none", 240)
-    missing = corectl("logs", "e2e-nosuch", *args, check=False)
-    assert missing.returncode == 2 and "e2e-nosuch is not a node of" in missing.stderr
+        wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda reason: reason == "idle|none", 240)
+    missing = corectl("logs", f"{P}nosuch", *args, check=False)
+    assert missing.returncode == 2 and f"{P}nosuch is not a node of" in missing.stderr
 
 
 def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path, container_image: str):
@@ -1117,22 +1127,22 @@ def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path, container_image: str)
     # Slurm; and in the environment of a task in a pyxis container (enroot's environ.d; the node's
     # /etc is not inside the container)
     job_env = ["sh", "-c", "env | grep ^NCCL_ | sort"]
-    bare = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx01", *job_env)
+    bare = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx01", *job_env)
     assert bare.split() == NCCL, bare
     mine = docker_exec(
-        HEAD, "runuser", "-u", "alice", "--", "env", "NCCL_SOCKET_IFNAME=ib0", "srun", "--nodelist=e2e-dgx01", *job_env
+        HEAD, "runuser", "-u", "alice", "--", "env", "NCCL_SOCKET_IFNAME=ib0", "srun", f"--nodelist={P}dgx01", *job_env
     )  # fmt: skip
     assert mine.split() == [*NCCL[:-1], "NCCL_SOCKET_IFNAME=ib0"], mine
     assert docker_exec(DGX1, "cat", "/etc/nccl.conf").split() == NCCL
     printenv = ["sh", "-c", "env | grep ^NCCL_ | sort; test ! -e /etc/nccl.conf"]
     inside = docker_exec(
-        HEAD, "runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx02", f"--container-image={CONTAINER_IMAGE}",
+        HEAD, "runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx02", f"--container-image={CONTAINER_IMAGE}",
         *printenv,
     )  # fmt: skip
     assert inside.split() == NCCL, inside
     assert docker_exec(DGX2, "cat", "/etc/enroot/environ.d/50-corectl-nccl.env").split() == NCCL
     # in a container the site's value wins unless the user names hers with pyxis's --container-env
-    container = ["srun", "--nodelist=e2e-dgx02", f"--container-image={CONTAINER_IMAGE}", *printenv]
+    container = ["srun", f"--nodelist={P}dgx02", f"--container-image={CONTAINER_IMAGE}", *printenv]
     site_wins = docker_exec(HEAD, "runuser", "-u", "alice", "--", "env", "NCCL_SOCKET_IFNAME=ib0", *container)
     assert site_wins.split() == NCCL, site_wins
     container.insert(1, "--container-env=NCCL_SOCKET_IFNAME")
@@ -1141,10 +1151,10 @@ def test_gpu_nodes_on_the_fabric_are_rdma_ready(lab: Path, container_image: str)
 
 
 def test_drain_and_resume(lab: Path):
-    head, args = "corectl-labtest-e2e-head01", ["--inventory", str(lab)]
+    head, args = f"corectl-{SITE}-{P}head01", ["--inventory", str(lab)]
 
     def state() -> str:
-        return docker_exec(head, "sinfo", "--noheader", "--Node", "--nodes", "e2e-dgx01", "--format", "%t|%E").strip()
+        return docker_exec(head, "sinfo", "--noheader", "--Node", "--nodes", f"{P}dgx01", "--format", "%t|%E").strip()
 
     def silences() -> list[tuple[str, str, str]]:
         """The active silences in Alertmanager on the head: (matchers, author, comment)."""
@@ -1154,24 +1164,24 @@ def test_drain_and_resume(lab: Path):
             for s in json.loads(out or "[]")
         ]
 
-    corectl("drain", "e2e-dgx01", "--reason", "e2e maintenance", *args)
+    corectl("drain", f"{P}dgx01", "--reason", "e2e maintenance", *args)
     assert state() == "drain|e2e maintenance"
-    assert silences() == [("node=e2e-dgx01", "corectl", "corectl drain: e2e maintenance")]  # issue 29
-    again = corectl("drain", "e2e-dgx01", "--reason", "e2e maintenance", *args)
-    assert runs(lab)[-1]["hosts"]["e2e-head01"]["changed"] == 0, again.stdout  # already drained, silenced: no-op
+    assert silences() == [(f"node={P}dgx01", "corectl", "corectl drain: e2e maintenance")]  # issue 29
+    again = corectl("drain", f"{P}dgx01", "--reason", "e2e maintenance", *args)
+    assert runs(lab)[-1]["hosts"][f"{P}head01"]["changed"] == 0, again.stdout  # already drained, silenced: no-op
     assert len(silences()) == 1
-    corectl("resume", "e2e-dgx01", *args)
+    corectl("resume", f"{P}dgx01", *args)
     assert wait_for(state, lambda s: s == "idle|none", 60) == "idle|none"
     assert silences() == []
-    refused = corectl("drain", "e2e-head01", "--reason", "x", *args, check=False)
+    refused = corectl("drain", f"{P}head01", "--reason", "x", *args, check=False)
     assert refused.returncode == 2
-    assert "not compute nodes of site labtest: e2e-head01" in refused.stderr
+    assert f"not compute nodes of site {SITE}: {P}head01" in refused.stderr
     listing = corectl("runs", *args)
-    assert "drain e2e-dgx01" in listing.stdout and "resume e2e-dgx01" in listing.stdout
+    assert f"drain {P}dgx01" in listing.stdout and f"resume {P}dgx01" in listing.stdout
 
 
 def test_cephfs_is_shared_between_nodes(lab: Path):
-    head, dgx = "corectl-labtest-e2e-head01", "corectl-labtest-e2e-dgx01"
+    head, dgx = f"corectl-{SITE}-{P}head01", f"corectl-{SITE}-{P}dgx01"
     assert docker_exec(dgx, "findmnt", "--noheadings", "--output", "FSTYPE", "/shared").strip() == "fuse.ceph-fuse"
     docker_exec(head, "sh", "-c", "echo from-head > /shared/e2e-file && chown alice:research /shared/e2e-file")
     assert docker_exec(dgx, "stat", "--format", "%U %u", "/shared/e2e-file").strip() == "alice 20001"
@@ -1205,15 +1215,15 @@ def test_health_passes_on_every_compute_node(lab: Path):
     assert rc == 0, report
     # cluster.yml's health.thresholds reached the nodes' settings, over the role's default (300)
     assert json.loads(docker_exec(DGX1, "cat", "/etc/corectl/health.json"))["clock_unsynced_grace_s"] == 600
-    assert sorted(report["nodes"]) == ["e2e-dgx01", "e2e-dgx02"]
+    assert sorted(report["nodes"]) == [f"{P}dgx01", f"{P}dgx02"]
     for node in report["nodes"].values():
         passed = {c["name"] for c in node["checks"] if c["status"] == "pass"}
         assert {"gpu-count", "driver-version", "fm-version", "fabric", "ecc", "xid", "nvlink", "ib", "mounts"} <= passed
     # status: idle nodes whose last health check passed are one host list, no row each
     status = corectl("status", "--inventory", str(lab)).stdout.splitlines()
-    assert status[:2] == ["2 nodes: 2 idle", "idle and healthy (2): e2e-dgx[01-02]"], status
+    assert status[:2] == ["2 nodes: 2 idle", f"idle and healthy (2): {P}dgx[01-02]"], status
     verdicts = last_verdicts(resolve_site(str(lab)))
-    assert sorted(verdicts) == ["e2e-dgx01", "e2e-dgx02"]
+    assert sorted(verdicts) == [f"{P}dgx01", f"{P}dgx02"]
     assert all(re.fullmatch(r"ok \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ", v) for v in verdicts.values()), verdicts
 
 
@@ -1226,33 +1236,33 @@ def test_burn_in_runs_through_slurm_on_idle_and_drained_nodes_and_drains_a_slow_
     args = ["--inventory", str(lab)]
     docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "3", "--xid", "119")
     try:
-        drain_by_health(DGX2, "e2e-dgx02", "xid")
-        drained = slurm_reason("e2e-dgx02")
+        drain_by_health(DGX2, f"{P}dgx02", "xid")
+        drained = slurm_reason(f"{P}dgx02")
         result = corectl("health", "--burn-in", *args)
-        rows = {row[0]: row[1] for row in table_rows(result.stdout) if row[0].startswith("e2e-")}
-        assert rows == {"e2e-dgx01": "pass", "e2e-dgx02": "pass"}, result.stdout
+        rows = {row[0]: row[1] for row in table_rows(result.stdout) if row[0].startswith(P)}
+        assert rows == {f"{P}dgx01": "pass", f"{P}dgx02": "pass"}, result.stdout
         assert result.stdout.count("470.3 GB/s") == 2, result.stdout  # the checker's figure for each node
-        assert slurm_reason("e2e-dgx02") == drained  # drained again, for what it was drained for
+        assert slurm_reason(f"{P}dgx02") == drained  # drained again, for what it was drained for
         assert "corectl-burn-in" not in docker_exec(HEAD, "scontrol", "show", "reservation")
         # slurmctld's own record of each node's latest burn-in job (kept MinJobAge, 300 s, after it ended):
         # dgx02's completed while the node was drained before and after, which only its reservation allows
         # (deleting a reservation clears it from the jobs that ran in it, in slurmctld and in sacct alike)
         ran = {node: job["JobState"] for node, job in latest_jobs("corectl-burn-in").items()}
-        assert ran == {"e2e-dgx01": "COMPLETED", "e2e-dgx02": "COMPLETED"}, ran
+        assert ran == {f"{P}dgx01": "COMPLETED", f"{P}dgx02": "COMPLETED"}, ran
         # a slow node fails and is drained with its figure
         docker_exec(DGX1, "gpu-sim", "fault", "nccl-slow")
-        slow = corectl("health", "--burn-in", *args, "--limit", "e2e-dgx01", check=False)
+        slow = corectl("health", "--burn-in", *args, "--limit", f"{P}dgx01", check=False)
         assert slow.returncode == 1, slow.stdout
         assert (
-            slurm_reason("e2e-dgx01") == "drain|corectl burn-in: bus bandwidth 117.6 GB/s at 8 GiB < expected 450 GB/s"
+            slurm_reason(f"{P}dgx01") == "drain|corectl burn-in: bus bandwidth 117.6 GB/s at 8 GiB < expected 450 GB/s"
         )
     finally:
         docker_exec(DGX1, "gpu-sim", "clear", "nccl-slow")
         docker_exec(
             DGX2, "sh", "-c", "gpu-sim clear xid && corectl-health-check --clear-sticky 'e2e: cleanup' >/dev/null"
         )
-    corectl("resume", "e2e-dgx[01-02]", *args)
-    for node in ("e2e-dgx01", "e2e-dgx02"):
+    corectl("resume", f"{P}dgx[01-02]", *args)
+    for node in (f"{P}dgx01", f"{P}dgx02"):
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 90) == "idle|none"
 
 
@@ -1307,15 +1317,15 @@ def test_the_validation_timer_runs_jobs_of_the_validation_qos_and_drains_a_slow_
             300,
         )
         ended = {node: (job["QOS"], job["JobState"]) for node, job in jobs.items()}
-        assert ended == {"e2e-dgx01": ("validation", "COMPLETED"), "e2e-dgx02": ("validation", "FAILED")}, ended
+        assert ended == {f"{P}dgx01": ("validation", "COMPLETED"), f"{P}dgx02": ("validation", "FAILED")}, ended
         slow = "drain|corectl validation: nccl: bus bandwidth 117.6 GB/s at 8 GiB < expected 450 GB/s"
-        assert slurm_reason("e2e-dgx02") == slow
-        assert slurm_reason("e2e-dgx01") == "idle|none"
-        assert run_hook(DGX2) == 0 and slurm_reason("e2e-dgx02") == slow  # healthy to Slurm's program: still drained
+        assert slurm_reason(f"{P}dgx02") == slow
+        assert slurm_reason(f"{P}dgx01") == "idle|none"
+        assert run_hook(DGX2) == 0 and slurm_reason(f"{P}dgx02") == slow  # healthy to Slurm's program: still drained
     finally:
         docker_exec(DGX2, "gpu-sim", "clear", "nccl-slow")
-    corectl("resume", "e2e-dgx02", "--inventory", str(lab))
-    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
+    corectl("resume", f"{P}dgx02", "--inventory", str(lab))
+    assert wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
 
 
 def test_a_user_job_preempts_a_validation_job_and_finds_no_diagnostic_left(lab: Path):
@@ -1325,28 +1335,28 @@ def test_a_user_job_preempts_a_validation_job_and_finds_no_diagnostic_left(lab: 
     docker_exec(DGX1, "gpu-sim", "fault", "diag-slow")  # a diagnostic of minutes, as on real GPUs
     user_job = ""
     try:
-        command = [CORECTL, "validate-nodes", "e2e-dgx01", "--inventory", str(lab)]
+        command = [CORECTL, "validate-nodes", f"{P}dgx01", "--inventory", str(lab)]
         before = highest_job_id()
         by_hand = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert wait_for(lambda: processes(DGX1, "dcgmi diag"), bool, 240), "no diagnostic started"
         [validating] = latest_jobs(VALIDATION, before).values()
         job = validating["JobId"]
         assert (validating["QOS"], validating["JobState"]) == ("validation", "RUNNING"), validating
-        user_job = sbatch("--nodelist=e2e-dgx01", "--exclusive", "--gres=gpu:8", "--wrap", "sleep 600")
+        user_job = sbatch(f"--nodelist={P}dgx01", "--exclusive", "--gres=gpu:8", "--wrap", "sleep 600")
         assert wait_for(lambda: job_state(user_job), lambda s: s.startswith("RUNNING"), 120).startswith("RUNNING")
         assert processes(DGX1, "dcgmi diag") == []  # (Slurm's periodic health program never runs a diagnostic)
         out, _ = by_hand.communicate(timeout=300)
         CONSOLE.append(out)
         assert by_hand.returncode == 0, out  # preempted is no failure
-        rows = {row[0]: row[1:3] for row in table_rows(out) if row[0].startswith("e2e-")}
-        assert rows == {"e2e-dgx01": ["preempted", job]}, out
-        assert latest_jobs(VALIDATION, before)["e2e-dgx01"]["JobState"] in ("PREEMPTED", "CANCELLED")
-        assert slurm_reason("e2e-dgx01") == "alloc|none"
+        rows = {row[0]: row[1:3] for row in table_rows(out) if row[0].startswith(P)}
+        assert rows == {f"{P}dgx01": ["preempted", job]}, out
+        assert latest_jobs(VALIDATION, before)[f"{P}dgx01"]["JobState"] in ("PREEMPTED", "CANCELLED")
+        assert slurm_reason(f"{P}dgx01") == "alloc|none"
     finally:
         docker_exec(DGX1, "gpu-sim", "clear", "diag-slow")
         if user_job:
             docker_exec(HEAD, "scancel", user_job)
-    assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+    assert wait_for(lambda: slurm_reason(f"{P}dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
 
 
 HEALTH_HOOK = "/usr/local/sbin/corectl-node-health"  # Slurm's HealthCheckProgram on every compute node
@@ -1415,8 +1425,8 @@ def hook_until_passes(container: str, node: str, timeout: float) -> tuple[int, l
 
 @pytest.mark.parametrize("pair", ROUNDS, ids=["+".join(r) for r in ROUNDS])
 def test_injected_faults_fail_health_and_drain_the_node(lab: Path, pair: tuple[str, str]):
-    placed = dict(zip(("e2e-dgx01", "e2e-dgx02"), pair, strict=True))
-    containers_of = {"e2e-dgx01": DGX1, "e2e-dgx02": DGX2}
+    placed = dict(zip((f"{P}dgx01", f"{P}dgx02"), pair, strict=True))
+    containers_of = {f"{P}dgx01": DGX1, f"{P}dgx02": DGX2}
     for node, check in placed.items():
         docker_exec(containers_of[node], "sh", "-c", FAULTS[check][0])
     try:
@@ -1448,8 +1458,8 @@ def test_slurm_health_interval_drains_and_resumes(lab: Path):
     try:
         rc, report = health_report(lab)
         assert rc == 1
-        assert report["nodes"]["e2e-dgx02"]["ok"] is True  # the healthy node stays healthy
-        assert failed_checks(report, "e2e-dgx01")[:1] == ["fabricmanager"]
+        assert report["nodes"][f"{P}dgx02"]["ok"] is True  # the healthy node stays healthy
+        assert failed_checks(report, f"{P}dgx01")[:1] == ["fabricmanager"]
         # what an operator reads on an 80-column terminal: the summary, then the failing node, whole
         rc, shown = on_terminal([CORECTL, "health", "--inventory", str(lab)], columns=80)
         (ROOT / "build").mkdir(exist_ok=True)
@@ -1459,14 +1469,14 @@ def test_slurm_health_interval_drains_and_resumes(lab: Path):
         assert all(len(line.rstrip()) <= 80 for line in lines), lines
         summary = [line for line in lines if line.startswith("health: 2 nodes checked, 1 passed, 1 failed")]
         assert len(summary) == 1, lines
-        assert any(re.match(r"e2e-dgx01 +fabricmanager: ", line) for line in lines), lines
-        assert not any(line.startswith("e2e-dgx02") for line in lines), lines
-        state = wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r.startswith("drain|corectl-health: "), 90)
+        assert any(re.match(rf"{P}dgx01 +fabricmanager: ", line) for line in lines), lines
+        assert not any(line.startswith(f"{P}dgx02") for line in lines), lines
+        state = wait_for(lambda: slurm_reason(f"{P}dgx01"), lambda r: r.startswith("drain|corectl-health: "), 90)
         assert state.startswith("drain|corectl-health: fabricmanager: "), state
-        assert slurm_reason("e2e-dgx02") == "idle|none"
+        assert slurm_reason(f"{P}dgx02") == "idle|none"
     finally:
         docker_exec(DGX1, "sh", "-c", clear)
-    assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+    assert wait_for(lambda: slurm_reason(f"{P}dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
 
 
 def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_reboot(lab: Path):
@@ -1494,10 +1504,10 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "1", "--xid", "13")
         docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "1", "--xid", "63")
         assert run_hook(DGX2) == 0, hook_output(DGX2)
-        assert slurm_reason("e2e-dgx02") == "idle|none"
+        assert slurm_reason(f"{P}dgx02") == "idle|none"
         docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "3", "--xid", "119")
-        drain_by_health(DGX2, "e2e-dgx02", "xid")
-        reason = slurm_reason("e2e-dgx02")
+        drain_by_health(DGX2, f"{P}dgx02", "xid")
+        reason = slurm_reason(f"{P}dgx02")
         assert reason.startswith("drain|corectl-health: xid: XID 119 on PCI:0000:"), reason
         assert "RESET_GPU" in reason, reason
         # the Xid leaves the window; slurmd's own run of the health program keeps the node drained
@@ -1507,7 +1517,7 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         )
         docker_exec(DGX2, "sh", "-c", f"printf '#!/bin/sh\\ndate +%s > {seen}\\n' > {marker} && chmod 0755 {marker}")
         slurm_ran_the_hook()
-        assert slurm_reason("e2e-dgx02") == reason
+        assert slurm_reason(f"{P}dgx02") == reason
         # a reboot (a clean one: its CephFS client leaves, and the other node's /shared goes on): the kernel
         # log starts anew (gpu-sim-boot.service); the record does not
         before = booted_at(DGX2)
@@ -1522,12 +1532,12 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         slurm_said = wait_for(lambda: hook_output(DGX2), lambda out: "xid: XID 119 on PCI:" in out, 120)
         assert "exit 1" in slurm_said, slurm_said
         slurm_ran_the_hook()
-        assert slurm_reason("e2e-dgx02") == reason
+        assert slurm_reason(f"{P}dgx02") == reason
         # the operator ends it, and is told what ended
-        resumed = corectl("resume", "e2e-dgx02", "--inventory", str(lab)).stdout
-        assert "e2e-dgx02: cleared xid: XID 119 on PCI:0000:" in resumed, resumed
+        resumed = corectl("resume", f"{P}dgx02", "--inventory", str(lab)).stdout
+        assert f"{P}dgx02: cleared xid: XID 119 on PCI:0000:" in resumed, resumed
         assert run_hook(DGX2) == 0, hook_output(DGX2)
-        assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
+        assert wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
     finally:
         docker_exec(DGX2, "rm", "-f", marker)
         docker_exec(DGX2, "cp", "-p", kept, config)
@@ -1552,7 +1562,7 @@ def test_failure_history_names_the_repeat_offenders(lab: Path):
     Slurm's accounting): each fault round failed both nodes (a failing run, then the program's drain: one
     failure), the Slurm interval test failed e2e-dgx01 once more (fabricmanager: two runs and slurmd's own
     drain, one failure)."""
-    history = history_rows(corectl("history", "e2e-dgx01", "--inventory", str(lab), "--last", "20").stdout)
+    history = history_rows(corectl("history", f"{P}dgx01", "--inventory", str(lab), "--last", "20").stdout)
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
     # the drain slurmd made in the interval test (ended when it passed again), and the runs that saw the fault:
     # slurmd's 30 s interval may fall before, between or after them, so the rows may come in any order
@@ -1563,17 +1573,17 @@ def test_failure_history_names_the_repeat_offenders(lab: Path):
     assert any(re.match(rf"{stamp} FAIL fabricmanager: ", row) for row in history), history
     data = json.loads(corectl("rma", "--inventory", str(lab), "--json").stdout)
     counts = {n["node"]: n["failures"] for n in data["nodes"]}
-    assert counts["e2e-dgx01"] >= len(ROUNDS) + 1 and counts["e2e-dgx02"] >= len(ROUNDS), counts
-    seen = {c["name"] for n in data["nodes"] if n["node"] == "e2e-dgx02" for e in n["evidence"] for c in e["checks"]}
+    assert counts[f"{P}dgx01"] >= len(ROUNDS) + 1 and counts[f"{P}dgx02"] >= len(ROUNDS), counts
+    seen = {c["name"] for n in data["nodes"] if n["node"] == f"{P}dgx02" for e in n["evidence"] for c in e["checks"]}
     assert {pair[1] for pair in ROUNDS} <= seen
     drained = {
-        d["reason"].split(":")[1].strip() for n in data["nodes"] if n["node"] == "e2e-dgx01" for d in n["drains"]
+        d["reason"].split(":")[1].strip() for n in data["nodes"] if n["node"] == f"{P}dgx01" for d in n["drains"]
     }
     assert {pair[0] for pair in ROUNDS} <= drained, drained  # Slurm's program drained it in each round
     status = corectl("status", "--inventory", str(lab)).stdout.splitlines()
     # both nodes failed in every round; the list is by failures, most first
     assert status[-1].startswith("repeat offenders (>=3 failures in 7 days): "), status
-    assert "e2e-dgx01 (" in status[-1], status
+    assert f"{P}dgx01 (" in status[-1], status
 
 
 def test_a_drain_by_slurms_own_health_program_is_in_the_history_and_counts(lab: Path):
@@ -1582,24 +1592,24 @@ def test_a_drain_by_slurms_own_health_program_is_in_the_history_and_counts(lab: 
     no failure."""
     args = ["--inventory", str(lab)]
     before = json.loads(corectl("rma", *args, "--json", "--failures", "1").stdout)
-    counted_before = {n["node"]: n["failures"] for n in before["nodes"]}.get("e2e-dgx02", 0)
+    counted_before = {n["node"]: n["failures"] for n in before["nodes"]}.get(f"{P}dgx02", 0)
     inject, clear = FAULTS["temperature"]
     docker_exec(DGX2, "sh", "-c", inject)
     try:
-        reason = wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r.startswith("drain|corectl-health: "), 120)
+        reason = wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda r: r.startswith("drain|corectl-health: "), 120)
         assert reason.startswith("drain|corectl-health: temperature: "), reason
     finally:
         docker_exec(DGX2, "sh", "-c", clear)
-    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 120) == "idle|none"
-    corectl("drain", "e2e-dgx02", *args, "--reason", "e2e: planned work")
-    corectl("resume", "e2e-dgx02", *args)
-    history = history_rows(corectl("history", "e2e-dgx02", *args, "--last", "3").stdout)
+    assert wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda r: r == "idle|none", 120) == "idle|none"
+    corectl("drain", f"{P}dgx02", *args, "--reason", "e2e: planned work")
+    corectl("resume", f"{P}dgx02", *args)
+    history = history_rows(corectl("history", f"{P}dgx02", *args, "--last", "3").stdout)
     assert re.match(r"\S+ \S+ DRAIN e2e: planned work \(root\(0\), until ", history[0]), history
     assert re.match(r"\S+ \S+ DRAIN corectl-health: temperature: GPU 4 at 95 C .*\(root\(0\), until ", history[1]), (
         history
     )
     after = json.loads(corectl("rma", *args, "--json", "--failures", "1").stdout)
-    [node] = [n for n in after["nodes"] if n["node"] == "e2e-dgx02"]
+    [node] = [n for n in after["nodes"] if n["node"] == f"{P}dgx02"]
     assert node["failures"] == counted_before + 1, (counted_before, node)  # slurmd's drain; not the operator's
 
 
@@ -1615,15 +1625,15 @@ def test_ib_errors_and_a_flapping_link_drain_the_node_until_resumed(lab: Path):
         for container in (DGX1, DGX2):
             assert run_hook(container) == 1
             assert run_hook(container) == 1  # no new error: still failing
-        assert slurm_reason("e2e-dgx01").startswith("drain|corectl-health: ib-errors: mlx5_3/1 symbol_error +1000 ")
-        assert slurm_reason("e2e-dgx02").startswith("drain|corectl-health: ib-errors: mlx5_0/1 went down 2 times ")
-        resumed = corectl("resume", "e2e-dgx[01-02]", "--inventory", str(lab)).stdout
-        assert "e2e-dgx01: cleared ib-errors: mlx5_3/1 symbol_error +1000 " in resumed, resumed
-        assert "e2e-dgx02: cleared ib-errors: mlx5_0/1 went down 2 times " in resumed, resumed
+        assert slurm_reason(f"{P}dgx01").startswith("drain|corectl-health: ib-errors: mlx5_3/1 symbol_error +1000 ")
+        assert slurm_reason(f"{P}dgx02").startswith("drain|corectl-health: ib-errors: mlx5_0/1 went down 2 times ")
+        resumed = corectl("resume", f"{P}dgx[01-02]", "--inventory", str(lab)).stdout
+        assert f"{P}dgx01: cleared ib-errors: mlx5_3/1 symbol_error +1000 " in resumed, resumed
+        assert f"{P}dgx02: cleared ib-errors: mlx5_0/1 went down 2 times " in resumed, resumed
     finally:
         for container in (DGX1, DGX2):
             docker_exec(container, "sh", "-c", "corectl-health-check --clear-sticky 'e2e: cleanup' >/dev/null")
-    for node, container in (("e2e-dgx01", DGX1), ("e2e-dgx02", DGX2)):
+    for node, container in ((f"{P}dgx01", DGX1), (f"{P}dgx02", DGX2)):
         assert run_hook(container) == 0, hook_output(container)
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 90) == "idle|none"
 
@@ -1648,9 +1658,10 @@ def drain_by_health(container: str, node: str, check: str) -> None:
 
 
 def outcome_rows(text: str) -> dict[str, list[str]]:
-    return {row[0]: row[1:] for row in table_rows(text) if row and row[0].startswith("e2e-")}
+    return {row[0]: row[1:] for row in table_rows(text) if row and row[0].startswith(P)}
 
 
+@pytest.mark.second_lab
 def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
     """corectl heal on real faults: a restart, a reboot and a GPU reset heal; a node failing again soon
     after goes straight to hardware service; a GPU fallen off the bus survives a reboot and comes
@@ -1662,56 +1673,56 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
     # 1. Fabric Manager stopped on dgx01, an Xid 79 on dgx02: each is drained by Slurm's health program
     docker_exec(DGX1, "systemctl", "stop", "nvidia-fabricmanager")
     docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "2", "--xid", "79")
-    drain_by_health(DGX1, "e2e-dgx01", "fabricmanager")
-    drain_by_health(DGX2, "e2e-dgx02", "xid")
+    drain_by_health(DGX1, f"{P}dgx01", "fabricmanager")
+    drain_by_health(DGX2, f"{P}dgx02", "xid")
     before = booted_at(DGX2)
     healed = corectl("heal", *args)
     rows = outcome_rows(healed.stdout)
-    assert rows["e2e-dgx01"] == ["resumed", "fabricmanager: the checks pass after restart-fabricmanager"], rows
-    assert rows["e2e-dgx02"] == [
+    assert rows[f"{P}dgx01"] == ["resumed", "fabricmanager: the checks pass after restart-fabricmanager"], rows
+    assert rows[f"{P}dgx02"] == [
         "resumed",
         "xid: the checks and validation (dcgmi diag -r 2, nccl) pass after reboot",
     ], rows
     assert booted_at(DGX2) != before  # the reboot really happened (and the kernel log began anew)
-    for node in ("e2e-dgx01", "e2e-dgx02"):
+    for node in (f"{P}dgx01", f"{P}dgx02"):
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 90) == "idle|none"
-    history = corectl("history", "e2e-dgx02", *args, "--last", "6").stdout
+    history = corectl("history", f"{P}dgx02", *args, "--last", "6").stdout
     assert "heal: reboot" in history and "heal: resumed" in history, history
     # before the reboot erased them, heal kept the node's kernel log and nvidia-bug-report.sh's report
     assert any(" heal: evidence ok: before reboot: " in row for row in history_rows(history)), history
-    folder = sorted((lab / ".evidence").glob("*/e2e-dgx02"))[-1]  # (the history names it; wrapped at 80 columns)
+    folder = sorted((lab / ".evidence").glob(f"*/{P}dgx02"))[-1]  # (the history names it; wrapped at 80 columns)
     assert "NVRM: Xid (PCI:0000:3a:00): 79, " in (folder / "kernel.log").read_text(), folder
     with gzip.open(folder / "nvidia-bug-report.log.gz", "rt") as report:
         assert report.readline().startswith("Start of NVIDIA bug report log file"), folder
 
     # 1b. a pending row remap on dgx02: a GPU reset (its clients stopped and started again) clears it
     docker_exec(DGX2, "gpu-sim", "fault", "ecc", "--gpu", "1")
-    drain_by_health(DGX2, "e2e-dgx02", "ecc")
+    drain_by_health(DGX2, f"{P}dgx02", "ecc")
     before = booted_at(DGX2)
-    reset = outcome_rows(corectl("heal", "e2e-dgx02", *args).stdout)
+    reset = outcome_rows(corectl("heal", f"{P}dgx02", *args).stdout)
     assert reset == {
-        "e2e-dgx02": ["resumed", "ecc: the checks and validation (dcgmi diag -r 2, nccl) pass after gpu-reset"]
+        f"{P}dgx02": ["resumed", "ecc: the checks and validation (dcgmi diag -r 2, nccl) pass after gpu-reset"]
     }, reset
     assert booted_at(DGX2) == before  # no reboot
     for unit in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "dcgm-exporter"):
         assert docker_exec(DGX2, "systemctl", "is-active", unit).strip() == "active", unit
-    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
+    assert wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
 
     # 2. the Xid again on dgx02 within the window after its heal: straight to hardware service
     docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "2", "--xid", "79")
     try:
-        drain_by_health(DGX2, "e2e-dgx02", "xid")
-        again = corectl("heal", "e2e-dgx02", *args, check=False)
+        drain_by_health(DGX2, f"{P}dgx02", "xid")
+        again = corectl("heal", f"{P}dgx02", *args, check=False)
         assert again.returncode == 1
-        row = outcome_rows(again.stdout)["e2e-dgx02"]
+        row = outcome_rows(again.stdout)[f"{P}dgx02"]
         assert row == ["needs service", "xid: failed again within 24h of being healed of it"], row
-        assert slurm_reason("e2e-dgx02") == "drain|corectl: needs hardware service (xid)"
+        assert slurm_reason(f"{P}dgx02") == "drain|corectl: needs hardware service (xid)"
         assert booted_at(DGX2) == before  # no step was tried
     finally:
         docker_exec(DGX2, "gpu-sim", "clear", "xid")
-    resumed = corectl("resume", "e2e-dgx02", *args).stdout
-    assert "e2e-dgx02: cleared xid: XID 79 on PCI:0000:3a:00" in resumed, resumed  # the kept Xid ends too
-    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
+    resumed = corectl("resume", f"{P}dgx02", *args).stdout
+    assert f"{P}dgx02: cleared xid: XID 79 on PCI:0000:3a:00" in resumed, resumed  # the kept Xid ends too
+    assert wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda r: r == "idle|none", 90) == "idle|none"
 
     # 3. a GPU fallen off the bus on dgx01 stays lost through a reboot and comes back with a power
     # cycle through its Redfish BMC; no operator step
@@ -1719,17 +1730,17 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
     group_vars = lab / "group_vars" / "all.yml"
     kept = group_vars.read_text()
     try:
-        drain_by_health(DGX1, "e2e-dgx01", "gpu-count")
+        drain_by_health(DGX1, f"{P}dgx01", "gpu-count")
         before = booted_at(DGX1)
-        healed = corectl("heal", "e2e-dgx01", *args)
-        row = outcome_rows(healed.stdout)["e2e-dgx01"]
+        healed = corectl("heal", f"{P}dgx01", *args)
+        row = outcome_rows(healed.stdout)[f"{P}dgx01"]
         assert row == [
             "resumed",
             "gpu-count: the checks and validation (dcgmi diag -r 2, nccl) pass after power-cycle",
         ], row
         assert booted_at(DGX1) != before
-        assert wait_for(lambda: slurm_reason("e2e-dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
-        steps = corectl("history", "e2e-dgx01", *args, "--last", "12").stdout
+        assert wait_for(lambda: slurm_reason(f"{P}dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+        steps = corectl("history", f"{P}dgx01", *args, "--last", "12").stdout
         actions = [a for line in steps.splitlines() for a in re.findall(r"heal: [a-z -]+?(?=  )", line)]
         ladder = ["heal: resumed", "heal: power-cycle", "heal: evidence", "heal: reboot", "heal: evidence"]
         assert actions[:5] == ladder, steps
@@ -1738,14 +1749,14 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
         # reboot, power cycle, left for hardware service, alerted, in the RMA report
         group_vars.write_text(kept + "corectl_heal_window_hours: 0\n")
         docker_exec(DGX1, "gpu-sim", "fault", "dead-gpu", "--gpu", "5")
-        drain_by_health(DGX1, "e2e-dgx01", "gpu-count")
-        stuck = corectl("heal", "e2e-dgx01", *args, check=False)
+        drain_by_health(DGX1, f"{P}dgx01", "gpu-count")
+        stuck = corectl("heal", f"{P}dgx01", *args, check=False)
         assert stuck.returncode == 1, stuck.stdout + stuck.stderr
-        row = outcome_rows(stuck.stdout)["e2e-dgx01"]
+        row = outcome_rows(stuck.stdout)[f"{P}dgx01"]
         assert row == ["needs service", "gpu-count: still failing (gpu-count) after reboot, power-cycle"], row
-        assert slurm_reason("e2e-dgx01") == "drain|corectl: needs hardware service (gpu-count)"
+        assert slurm_reason(f"{P}dgx01") == "drain|corectl: needs hardware service (gpu-count)"
         assert run_hook(DGX1) == 1  # the health program keeps failing, and keeps the service drain
-        assert slurm_reason("e2e-dgx01") == "drain|corectl: needs hardware service (gpu-count)"
+        assert slurm_reason(f"{P}dgx01") == "drain|corectl: needs hardware service (gpu-count)"
         # Prometheus alerts on it: the controller's node states (read now rather than in a minute)
         docker_exec(HEAD, "systemctl", "start", "corectl-slurm-metrics.service")
 
@@ -1755,11 +1766,11 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
             fired = [a for a in alerts if a["labels"]["alertname"] == "NodeNeedsHardwareService"]
             return [(a["labels"]["slurm_node"], a["labels"]["check"], a["state"]) for a in fired]
 
-        expected = [("e2e-dgx01", "gpu-count", "firing")]
+        expected = [(f"{P}dgx01", "gpu-count", "firing")]
         assert wait_for(service_alerts, lambda fired: fired == expected) == expected
         # and the RMA report lists it with the heal's steps as evidence
         rma = json.loads(corectl("rma", *args, "--json").stdout)
-        [case] = [n for n in rma["nodes"] if n["node"] == "e2e-dgx01"]
+        [case] = [n for n in rma["nodes"] if n["node"] == f"{P}dgx01"]
         assert {c["name"] for e in case["evidence"] for c in e["checks"]} >= {"fabricmanager", "gpu-count"}
         shown = {a["action"] for a in case["actions"]}
         assert {"heal: reboot", "heal: power-cycle", "heal: needs hardware service"} <= shown, case
@@ -1769,10 +1780,10 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
     # the GPU is replaced, and the node powered on again as after hardware service (a GPU back on the
     # bus joins the NVSwitch fabric, and gets persistence mode, only when the boot's daemons start)
     before = booted_at(DGX1)
-    assert outcome_rows(corectl("power", "cycle", "e2e-dgx01", *args).stdout) == {"e2e-dgx01": ["on", "done"]}
+    assert outcome_rows(corectl("power", "cycle", f"{P}dgx01", *args).stdout) == {f"{P}dgx01": ["on", "done"]}
     assert booted_at(DGX1) != before
-    corectl("resume", "e2e-dgx01", *args)
-    for node, container in (("e2e-dgx01", DGX1), ("e2e-dgx02", DGX2)):
+    corectl("resume", f"{P}dgx01", *args)
+    for node, container in ((f"{P}dgx01", DGX1), (f"{P}dgx02", DGX2)):
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 120) == "idle|none"
         # the health program passes (run now, not left to slurmd's next interval) and keeps it in
         # service. Seconds after a boot a check may still fail (chrony not yet synchronised to the
@@ -1787,27 +1798,27 @@ def test_heal_walks_the_ladders_and_power_goes_through_the_bmcs(lab: Path):
             print(f"{node}: the health program failed {len(seen) - 1} time(s) after the boot: {seen[:-1]}")
 
     # 4. corectl power: both protocols answer; a node with a job is not cut; an IPMI cycle
-    status = outcome_rows(corectl("power", "status", "e2e-dgx[01-02]", *args).stdout)
-    assert status == {"e2e-dgx01": ["on", "ok"], "e2e-dgx02": ["on", "ok"]}, status
+    status = outcome_rows(corectl("power", "status", f"{P}dgx[01-02]", *args).stdout)
+    assert status == {f"{P}dgx01": ["on", "ok"], f"{P}dgx02": ["on", "ok"]}, status
     job = docker_exec(
-        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx02", "--chdir=/tmp",
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", f"--nodelist={P}dgx02", "--chdir=/tmp",
         "--output=/dev/null", "--wrap", "sleep 600",
     ).strip()  # fmt: skip
     try:
         wait_for(lambda: docker_exec(HEAD, "squeue", "-h", "-j", job, "-o", "%T").strip(), lambda s: s == "RUNNING")
-        refused = corectl("power", "cycle", "e2e-dgx02", *args, check=False)
+        refused = corectl("power", "cycle", f"{P}dgx02", *args, check=False)
         assert refused.returncode == 1
-        assert f"power cycle refused: e2e-dgx02 runs job {job}; drain first, or use --force" in refused.stderr
+        assert f"power cycle refused: {P}dgx02 runs job {job}; drain first, or use --force" in refused.stderr
         assert docker_exec(HEAD, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING"
     finally:
         docker_exec(HEAD, "scancel", job)
-    wait_for(lambda: docker_exec(HEAD, "squeue", "-h", "-w", "e2e-dgx02").strip(), lambda s: s == "")
+    wait_for(lambda: docker_exec(HEAD, "squeue", "-h", "-w", f"{P}dgx02").strip(), lambda s: s == "")
     before = booted_at(DGX2)
-    cycled = outcome_rows(corectl("power", "cycle", "e2e-dgx02", *args).stdout)
-    assert cycled == {"e2e-dgx02": ["on", "done"]}, cycled
+    cycled = outcome_rows(corectl("power", "cycle", f"{P}dgx02", *args).stdout)
+    assert cycled == {f"{P}dgx02": ["on", "done"]}, cycled
     assert booted_at(DGX2) != before
-    assert wait_for(lambda: slurm_reason("e2e-dgx02"), lambda r: r == "idle|none", 120) == "idle|none"
-    assert wait_for(lambda: health_report(lab, "--limit", "e2e-dgx02"), lambda r: r[0] == 0)[0] == 0
+    assert wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda r: r == "idle|none", 120) == "idle|none"
+    assert wait_for(lambda: health_report(lab, "--limit", f"{P}dgx02"), lambda r: r[0] == 0)[0] == 0
 
 
 # A job that runs until Slurm drains its node, then prints the drain reason it saw and ends: it
@@ -1850,20 +1861,20 @@ def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
     assert refused.returncode == 1
 
     # --limit, on a node an operator drained: upgraded, and it keeps the operator's drain
-    corectl("drain", "e2e-dgx01", "--reason", "e2e DIMM swap", *args)
-    limited = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx01")
-    assert re.findall(r"batch \d+/\d+: \S+", limited.stdout) == ["batch 1/1: e2e-dgx01"]
-    assert set(runs(lab)[-1]["hosts"]) == {"e2e-dgx01"}  # (its Slurm commands are delegated to head01)
+    corectl("drain", f"{P}dgx01", "--reason", "e2e DIMM swap", *args)
+    limited = corectl("upgrade", "drivers", *args, "--limit", f"{P}dgx01")
+    assert re.findall(r"batch \d+/\d+: \S+", limited.stdout) == [f"batch 1/1: {P}dgx01"]
+    assert set(runs(lab)[-1]["hosts"]) == {f"{P}dgx01"}  # (its Slurm commands are delegated to head01)
     assert driver_versions(DGX1) == ["580.105.08"] * 8
     assert driver_versions(DGX2) == ["580.95.05"] * 8  # outside --limit: untouched
-    assert slurm_reason("e2e-dgx01").split("|") == ["drain", "e2e DIMM swap"]
-    corectl("resume", "e2e-dgx01", *args)
+    assert slurm_reason(f"{P}dgx01").split("|") == ["drain", "e2e DIMM swap"]
+    corectl("resume", f"{P}dgx01", *args)
 
     # a busy node that fails its checks after the upgrade: its batch waits for the job, then the
     # node fails its checks and the rollout stops with the node drained. The job (root's) breaks an
     # IB port once it sees the upgrade's drain, so the fault cannot drain the node any earlier.
     inject, clear = FAULTS["ib"]
-    job = submit_gated_job("e2e-dgx02", user="root", then=inject)
+    job = submit_gated_job(f"{P}dgx02", user="root", then=inject)
     upgrade = ["upgrade", "drivers", *args, "--batch", "1", "--timeout", "300"]
     proc = subprocess.Popen([CORECTL, *upgrade], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -1871,10 +1882,10 @@ def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
         holder = wait_for(lambda: lock_holder(lab), lambda h: h.get("command") == " ".join(upgrade), 60)
         assert holder["pid"] == proc.pid
         files = site_files(lab)
-        node = ["e2e-dgx09", "--address", "172.29.210.19", "--profile", "dgx-standin", "--leaf", "leaf1"]
+        node = [f"{P}dgx09", "--address", f"{NET}.19", "--profile", "dgx-standin", "--leaf", "leaf1"]
         refused = corectl("add-node", *node, *args, check=False)
         assert refused.returncode == 75
-        assert refused.stderr.startswith(f"error: site labtest is busy: `corectl {' '.join(upgrade)}` by root@")
+        assert refused.stderr.startswith(f"error: site {SITE} is busy: `corectl {' '.join(upgrade)}` by root@")
         assert site_files(lab) == files
         out, err = proc.communicate(timeout=600)
     finally:
@@ -1883,27 +1894,27 @@ def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
     failed = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     # dgx01 (idle, already upgraded) goes first and has nothing to do
-    assert re.findall(r"batch \d+/\d+: \S+", failed.stdout) == ["batch 1/2: e2e-dgx01", "batch 2/2: e2e-dgx02"]
-    assert "error: upgrade drivers stopped at batch 2 (e2e-dgx02)" in failed.stderr
+    assert re.findall(r"batch \d+/\d+: \S+", failed.stdout) == [f"batch 1/2: {P}dgx01", f"batch 2/2: {P}dgx02"]
+    assert f"error: upgrade drivers stopped at batch 2 ({P}dgx02)" in failed.stderr
     upgrades = [r for r in runs(lab) if r["command"].startswith("upgrade drivers")]
-    assert [r["command"] for r in upgrades[-2:]] == ["upgrade drivers e2e-dgx01", "upgrade drivers e2e-dgx02"]
-    assert upgrades[-2]["hosts"]["e2e-dgx01"]["changed"] == 0
-    assert upgrades[-1]["hosts"]["e2e-dgx02"]["failed"] == 1
+    assert [r["command"] for r in upgrades[-2:]] == [f"upgrade drivers {P}dgx01", f"upgrade drivers {P}dgx02"]
+    assert upgrades[-2]["hosts"][f"{P}dgx01"]["changed"] == 0
+    assert upgrades[-1]["hosts"][f"{P}dgx02"]["failed"] == 1
     state, exit_code, end = job_end(job)
     assert (state, exit_code) == ("COMPLETED", "0:0")
     started = datetime.fromisoformat(upgrades[-1]["started"]).timestamp()
     assert started <= end <= started + upgrades[-1]["elapsed_s"] + 5
     seen = docker_exec(DGX2, "cat", f"/tmp/e2e-gated-{job}.out")
     assert seen.startswith("corectl upgrade drivers 580.105.08 "), seen
-    assert slurm_reason("e2e-dgx02").split("|") == ["drain", "corectl upgrade drivers 580.105.08"]
+    assert slurm_reason(f"{P}dgx02").split("|") == ["drain", "corectl upgrade drivers 580.105.08"]
     for node in (DGX1, DGX2):
         assert driver_versions(node) == ["580.105.08"] * 8
         assert "580.105.08" in docker_exec(node, "nv-fabricmanager", "--version")
 
     # the operator resumes the checked node (a node on the declared driver is left alone by a
     # rollout: dgx01's batch above changed nothing)
-    corectl("resume", "e2e-dgx02", *args)
-    for node in ("e2e-dgx01", "e2e-dgx02"):
+    corectl("resume", f"{P}dgx02", *args)
+    for node in (f"{P}dgx01", f"{P}dgx02"):
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 60) == "idle|none"
 
 
@@ -1914,8 +1925,8 @@ def slurmd_started(container: str) -> str:
 # A small job on dgx01 that lives through add-node and remove-node of dgx03: it waits until dgx03
 # joins Slurm, then until it has left, and ends with exit 0 (the restarts in between keep it).
 THROUGH_JOB = (
-    "until sinfo -h -N -n e2e-dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done; "
-    "until ! sinfo -h -N -n e2e-dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done"
+    f"until sinfo -h -N -n {P}dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done; "
+    f"until ! sinfo -h -N -n {P}dgx03 -o %N 2>/dev/null | grep -q .; do sleep 1; done"
 )
 
 
@@ -1947,107 +1958,107 @@ def added_node(lab: Path) -> AddedNode:
     and sudo), added with corectl add-node (bootstrap included) while a job runs on e2e-dgx01; the
     add-node test checks what that did, the remove-node test removes the node."""
     args = ["--inventory", str(lab)]
-    before = [slurmd_started(c) for c in ("corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02")]
+    before = [slurmd_started(c) for c in (f"corectl-{SITE}-{P}dgx01", f"corectl-{SITE}-{P}dgx02")]
     job = docker_exec(
-        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", "--nodelist=e2e-dgx01", "--ntasks=1",
+        HEAD, "runuser", "-u", "alice", "--", "sbatch", "--parsable", f"--nodelist={P}dgx01", "--ntasks=1",
         "--mem=64", "--time=30", "--chdir=/tmp", "--output=/dev/null", "--wrap", THROUGH_JOB,
     ).strip()  # fmt: skip
     started = corectl("lab", "add", *args, "--bare").stdout
     known = (lab / "known_hosts").read_text()
-    options = ["--address", "172.29.210.13", "--profile", "dgx-standin", "--leaf", "leaf1"]
+    options = ["--address", f"{NET}.13", "--profile", "dgx-standin", "--leaf", "leaf1"]
     options += ["--ssh-host", "127.0.0.1", "--ssh-port", str(PORT_BASE + 3)]
     options += ["--bootstrap-user", "dgxadmin", "--password-env", "E2E_ADMIN_PASSWORD", "--yes"]
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("E2E_ADMIN_PASSWORD", (lab / ".lab" / "e2e-dgx03.password").read_text().strip())
+        env.setenv("E2E_ADMIN_PASSWORD", (lab / ".lab" / f"{P}dgx03.password").read_text().strip())
         # the vault password from the environment too, as an operator may give it (it must not be kept)
         env.setenv("CORECTL_VAULT_PASSWORD", (lab / ".vault-pass").read_text().strip())
-        added = corectl("add-node", "e2e-dgx03", *args, *options).stdout
+        added = corectl("add-node", f"{P}dgx03", *args, *options).stdout
     return AddedNode(job=job, slurmd_before=before, lab_add=started, known_before=known, add_node=added)
 
 
 def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, added_node: AddedNode):
     args = ["--inventory", str(lab)]
-    existing = ["corectl-labtest-e2e-dgx01", "corectl-labtest-e2e-dgx02"]
-    assert "e2e-dgx03" in added_node.lab_add and f"127.0.0.1:{PORT_BASE + 3}" in added_node.lab_add
+    existing = [f"corectl-{SITE}-{P}dgx01", f"corectl-{SITE}-{P}dgx02"]
+    assert f"{P}dgx03" in added_node.lab_add and f"127.0.0.1:{PORT_BASE + 3}" in added_node.lab_add
     endpoint = f"[127.0.0.1]:{PORT_BASE + 3} "
     assert endpoint not in added_node.known_before
     assert "host key ssh-ed25519 SHA256:" in added_node.add_node
     assert endpoint in (lab / "known_hosts").read_text()
     # bootstrap again, now with corectl's key: everything is already there
-    again = corectl("bootstrap", *args, "e2e-dgx03", "--key", str(lab / ".lab" / "id_ed25519"), "--yes").stdout
+    again = corectl("bootstrap", *args, f"{P}dgx03", "--key", str(lab / ".lab" / "id_ed25519"), "--yes").stdout
     [row] = table_rows(again)
-    assert row[0] == "e2e-dgx03" and row[1].startswith("ssh-ed25519 SHA256:")
+    assert row[0] == f"{P}dgx03" and row[1].startswith("ssh-ed25519 SHA256:")
     assert row[2:] == ["known", "present", "present"]  # host key recorded, corectl key and python3 there
-    records = [r for r in runs(lab) if r["command"].startswith("add-node e2e-dgx03")]
+    records = [r for r in runs(lab) if r["command"].startswith(f"add-node {P}dgx03")]
     assert [r["command"] for r in records] == [
-        "add-node e2e-dgx03 (slurm versions)",
-        "add-node e2e-dgx03 (hosts)",
-        "add-node e2e-dgx03 (config)",
-        "add-node e2e-dgx03 (slurmd)",
-        "add-node e2e-dgx03",
+        f"add-node {P}dgx03 (slurm versions)",
+        f"add-node {P}dgx03 (hosts)",
+        f"add-node {P}dgx03 (config)",
+        f"add-node {P}dgx03 (slurmd)",
+        f"add-node {P}dgx03",
     ]
     versions_run, hosts_run, config_run, slurmd_run, node_run = records
-    assert set(versions_run["hosts"]) == {"e2e-dgx03"} and versions_run["hosts"]["e2e-dgx03"]["changed"] == 0
+    assert set(versions_run["hosts"]) == {f"{P}dgx03"} and versions_run["hosts"][f"{P}dgx03"]["changed"] == 0
     # the existing compute nodes: /etc/hosts, then slurmd restarted with the new node list
     # (Slurm 22.05 needs it for a node definition change); their running job went on
     assert hosts_run["tags"] == "node_list"
     # /etc/hosts, the firewall's rules file and their reload
-    assert {n: hosts_run["hosts"][n]["changed"] for n in ("e2e-dgx01", "e2e-dgx02")} == {"e2e-dgx01": 3, "e2e-dgx02": 3}
-    assert "172.29.210.13" in docker_exec(DGX1, "nft", "list", "set", "inet", "corectl", "allowed_v4")
-    assert set(config_run["hosts"]) == {"e2e-head01"}
-    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {"e2e-dgx01": 2, "e2e-dgx02": 2}
-    assert set(node_run["hosts"]) == {"e2e-dgx03"}
+    assert {n: hosts_run["hosts"][n]["changed"] for n in (f"{P}dgx01", f"{P}dgx02")} == {f"{P}dgx01": 3, f"{P}dgx02": 3}
+    assert f"{NET}.13" in docker_exec(DGX1, "nft", "list", "set", "inet", "corectl", "allowed_v4")
+    assert set(config_run["hosts"]) == {f"{P}head01"}
+    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {f"{P}dgx01": 2, f"{P}dgx02": 2}
+    assert set(node_run["hosts"]) == {f"{P}dgx03"}
     now = [slurmd_started(c) for c in existing]
     assert all(now != then for now, then in zip(now, added_node.slurmd_before, strict=True))
     state = docker_exec(HEAD, "squeue", "--noheader", "--job", added_node.job, "--format", "%T").strip()
     assert state == "RUNNING"
     # declared, scheduled, monitored
-    assert "e2e-dgx03" in (lab / "cluster.yml").read_text()
-    assert wait_for(lambda: slurm_reason("e2e-dgx03"), lambda r: r == "idle|none", 60) == "idle|none"
-    assert docker_exec(HEAD, "srun", "--nodelist=e2e-dgx03", "hostname").strip() == "e2e-dgx03"
+    assert f"{P}dgx03" in (lab / "cluster.yml").read_text()
+    assert wait_for(lambda: slurm_reason(f"{P}dgx03"), lambda r: r == "idle|none", 60) == "idle|none"
+    assert docker_exec(HEAD, "srun", f"--nodelist={P}dgx03", "hostname").strip() == f"{P}dgx03"
     out = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=3", "--mem=64", "hostname")
-    assert sorted(out.split()) == ["e2e-dgx01", "e2e-dgx02", "e2e-dgx03"]
+    assert sorted(out.split()) == [f"{P}dgx01", f"{P}dgx02", f"{P}dgx03"]
 
     def gpu_targets_up() -> set[str]:
         targets = prometheus(HEAD, "/api/v1/targets")["data"]["activeTargets"]
         return {t["labels"]["node"] for t in targets if t["labels"]["job"] == "dcgm" and t["health"] == "up"}
 
-    all_three = {"e2e-dgx01", "e2e-dgx02", "e2e-dgx03"}
+    all_three = {f"{P}dgx01", f"{P}dgx02", f"{P}dgx03"}
     assert wait_for(gpu_targets_up, lambda nodes: nodes == all_three, 90) == all_three
     # add-node left nothing for the next run
-    assert_provision_changes_nothing(lab, {"e2e-head01", *all_three})
+    assert_provision_changes_nothing(lab, {f"{P}head01", *all_three})
 
 
 def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_consistent(
     lab: Path, added_node: AddedNode
 ):
-    job = submit_gated_job("e2e-dgx03")  # runs until remove-node drains the node
-    corectl("remove-node", "e2e-dgx03", "--inventory", str(lab))
-    drain_run = next(r for r in reversed(runs(lab)) if r["command"] == "remove-node e2e-dgx03 (drain)")
+    job = submit_gated_job(f"{P}dgx03")  # runs until remove-node drains the node
+    corectl("remove-node", f"{P}dgx03", "--inventory", str(lab))
+    drain_run = next(r for r in reversed(runs(lab)) if r["command"] == f"remove-node {P}dgx03 (drain)")
     state, exit_code, end = job_end(job)
     assert (state, exit_code) == ("COMPLETED", "0:0")
     started = datetime.fromisoformat(drain_run["started"]).timestamp()
     assert started <= end <= started + drain_run["elapsed_s"] + 5  # the drain step waited for the job
-    seen = docker_exec("corectl-labtest-e2e-dgx03", "cat", f"/tmp/e2e-gated-{job}.out")
+    seen = docker_exec(f"corectl-{SITE}-{P}dgx03", "cat", f"/tmp/e2e-gated-{job}.out")
     assert seen.startswith("corectl remove-node "), seen
     nodes = docker_exec(HEAD, "sinfo", "--noheader", "--Node", "--format", "%N").split()
-    assert sorted(set(nodes)) == ["e2e-dgx01", "e2e-dgx02"]
-    assert "e2e-dgx03" not in (lab / "cluster.yml").read_text()
+    assert sorted(set(nodes)) == [f"{P}dgx01", f"{P}dgx02"]
+    assert f"{P}dgx03" not in (lab / "cluster.yml").read_text()
     corectl("render", "--check", "--inventory", str(lab))
 
     def monitored() -> set[str]:
         return {t["labels"].get("node") for t in prometheus(HEAD, "/api/v1/targets")["data"]["activeTargets"]}
 
-    assert "e2e-dgx03" not in wait_for(monitored, lambda nodes: "e2e-dgx03" not in nodes, 60)
-    assert "e2e-dgx03" not in docker_exec(HEAD, "cat", "/etc/hosts")
+    assert f"{P}dgx03" not in wait_for(monitored, lambda nodes: f"{P}dgx03" not in nodes, 60)
+    assert f"{P}dgx03" not in docker_exec(HEAD, "cat", "/etc/hosts")
     # the remaining compute nodes' slurmd was restarted with the new node list ...
-    slurmd_run = next(r for r in reversed(runs(lab)) if r["command"] == "remove-node e2e-dgx03 (slurmd)")
-    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {"e2e-dgx01": 2, "e2e-dgx02": 2}
+    slurmd_run = next(r for r in reversed(runs(lab)) if r["command"] == f"remove-node {P}dgx03 (slurmd)")
+    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {f"{P}dgx01": 2, f"{P}dgx02": 2}
     # ... and the job that ran on dgx01 through add-node and remove-node completed
     through = wait_for(lambda: job_end(added_node.job), lambda end: end[0] != "RUNNING", 60)
     assert through[:2] == ("COMPLETED", "0:0"), through
     # remove-node left nothing for the next run
-    assert_provision_changes_nothing(lab, {"e2e-head01", "e2e-dgx01", "e2e-dgx02"})
+    assert_provision_changes_nothing(lab, {f"{P}head01", f"{P}dgx01", f"{P}dgx02"})
 
 
 # Hand-made drift on one converged node, and the task that must repair each (docs/performance.md:
@@ -2074,7 +2085,7 @@ def test_provision_repairs_drift_and_reports_exactly_what_it_repaired(lab: Path)
     run_dir = sorted((lab / ".runs").glob("*/corectl.json"))[-1].parent
     events = [json.loads(path.read_text()) for path in sorted((run_dir / "job_events").glob("*.json"))]
     expected = [task for _, task in DRIFT] + ["munge: Restart munge"]  # the handler of the key's mode
-    assert {host: sorted(tasks) for host, tasks in changes_from(events).items()} == {"e2e-dgx01": sorted(expected)}
+    assert {host: sorted(tasks) for host, tasks in changes_from(events).items()} == {f"{P}dgx01": sorted(expected)}
     # and the node is as declared again
     assert docker_exec(DGX1, "systemctl", "is-active", "prometheus-node-exporter").strip() == "active"
     assert docker_exec(DGX1, "stat", "-c", "%a %U", "/etc/munge/munge.key").split() == ["400", "munge"]
@@ -2084,13 +2095,13 @@ def test_provision_repairs_drift_and_reports_exactly_what_it_repaired(lab: Path)
 
 
 def test_limit_check_and_diff_pass_through(lab: Path):
-    options = ["--limit", "e2e-dgx01", "--check", "--diff", "--tags", "base"]
+    options = ["--limit", f"{P}dgx01", "--check", "--diff", "--tags", "base"]
     result = corectl("provision", "--inventory", str(lab), *options)
     assert "changed=0 failed=0 hosts=1" in result.stdout
     record = runs(lab)[-1]
-    assert list(record["hosts"]) == ["e2e-dgx01"]
+    assert list(record["hosts"]) == [f"{P}dgx01"]
     assert record["check"] is True
-    assert record["limit"] == "e2e-dgx01"
+    assert record["limit"] == f"{P}dgx01"
 
 
 def test_host_key_checking_is_on(lab: Path):
@@ -2104,23 +2115,23 @@ def test_host_key_checking_is_on(lab: Path):
     for socket_path in control_path_dir(resolve_site(str(lab))).glob("*"):
         subprocess.run(["ssh", "-O", "exit", "-S", str(socket_path), "x"], capture_output=True, check=False)
     try:
-        result = corectl("provision", "--inventory", str(lab), "--limit", "e2e-dgx01", check=False)
+        result = corectl("provision", "--inventory", str(lab), "--limit", f"{P}dgx01", check=False)
     finally:
         known.write_text(original)
     assert result.returncode == 1
     [line] = result.stderr.splitlines()
     assert line == (
-        f"error: provision failed (unreachable: e2e-dgx01); "
-        f"retry just those: corectl provision --inventory {lab} --limit e2e-dgx01"
+        f"error: provision failed (unreachable: {P}dgx01); "
+        f"retry just those: corectl provision --inventory {lab} --limit {P}dgx01"
     )
-    unreachable = [ln for ln in result.stdout.splitlines() if ln.startswith("unreachable e2e-dgx01: ")]
+    unreachable = [ln for ln in result.stdout.splitlines() if ln.startswith(f"unreachable {P}dgx01: ")]
     # (the first task that connects: facts may come from the fact cache)
     assert len(unreachable) == 1, result.stdout
     # SSH's own line under Ansible's strategy; Mitogen words it itself (CORECTL_ACCELERATOR=mitogen)
     mitogen = r"Task failed: Host key checking is enabled, and SSH reported an unrecognized or mismatching host key\."
     reason = rf"(Host key verification failed\.|{mitogen})"
-    assert re.fullmatch(rf"unreachable e2e-dgx01: [^:]+: {reason}", unreachable[0]), unreachable[0]
-    assert runs(lab)[-1]["hosts"]["e2e-dgx01"]["unreachable"] == 1
+    assert re.fullmatch(rf"unreachable {P}dgx01: [^:]+: {reason}", unreachable[0]), unreachable[0]
+    assert runs(lab)[-1]["hosts"][f"{P}dgx01"]["unreachable"] == 1
 
 
 def lock_holder(site: Path) -> dict:
@@ -2158,15 +2169,15 @@ def test_one_changing_command_per_site_and_ctrl_c_cancels_cleanly(lab: Path):
     proc = subprocess.Popen([CORECTL, "provision", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     holder = wait_for(lambda: lock_holder(lab), lambda h: bool(h.get("run")), 60)
     assert holder["command"] == f"provision --inventory {lab}" and holder["pid"] == proc.pid
-    everyone = {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
+    everyone = {f"{P}head01", f"{P}dgx01", f"{P}dgx02"}
     assert wait_for(lambda: hosts_reached(Path(holder["run"])), lambda h: h == everyone, 60) == everyone
     files = site_files(lab)
     # a second provision and an add-node are refused at once, naming the holder; nothing is touched
-    for command in (["provision"], ["add-node", "e2e-dgx09", "--address", "172.29.210.19", "--profile", "dgx-standin"]):
+    for command in (["provision"], ["add-node", f"{P}dgx09", "--address", f"{NET}.19", "--profile", "dgx-standin"]):
         refused = corectl(*command, *args, check=False)
         assert refused.returncode == 75, refused.stderr
         [line] = refused.stderr.splitlines()
-        assert line.startswith(f"error: site labtest is busy: `corectl provision --inventory {lab}` by root@"), line
+        assert line.startswith(f"error: site {SITE} is busy: `corectl provision --inventory {lab}` by root@"), line
         assert f"(pid {proc.pid}, since {holder['started']}, run {holder['run']})" in line, line
     assert site_files(lab) == files
     # Ctrl-C: the run stops cleanly and still reports every host it reached
@@ -2179,9 +2190,9 @@ def test_one_changing_command_per_site_and_ctrl_c_cancels_cleanly(lab: Path):
     assert [str(path) for path in new] == [holder["run"]]
     record = json.loads((new[0] / "corectl.json").read_text())
     assert record["status"] == "canceled"
-    assert set(record["hosts"]) == {"e2e-head01", "e2e-dgx01", "e2e-dgx02"}
+    assert set(record["hosts"]) == {f"{P}head01", f"{P}dgx01", f"{P}dgx02"}
     summary = [row[0] for row in table_rows(out) if len(row) == 6]
-    assert summary == ["e2e-dgx01", "e2e-dgx02", "e2e-head01"], out
+    assert summary == [f"{P}dgx01", f"{P}dgx02", f"{P}head01"], out
     assert lock_holder(lab) == {}  # released
 
 
@@ -2215,7 +2226,7 @@ def test_a_killed_provision_leaves_no_secret_and_the_next_one_converges(lab: Pat
     assert [path for path in left if vault_password in path.read_bytes()] == []
     [script] = [path for path in left if path.name == "vault-pass"]  # the client script, and nobody to answer it
     assert subprocess.run([str(script)], capture_output=True, check=False).returncode != 0
-    assert_provision_changes_nothing(lab, {"e2e-head01", "e2e-dgx01", "e2e-dgx02"})
+    assert_provision_changes_nothing(lab, {f"{P}head01", f"{P}dgx01", f"{P}dgx02"})
 
 
 def test_a_stale_lock_is_taken_over_with_a_warning(lab: Path):
@@ -2225,13 +2236,13 @@ def test_a_stale_lock_is_taken_over_with_a_warning(lab: Path):
     (lab / ".lock").write_text(json.dumps(stale) + "\n")
     result = corectl("render", "--inventory", str(lab))
     assert result.stderr.splitlines() == [
-        "warning: taking over the lock of site labtest left by `corectl upgrade drivers` by root@elsewhere "
+        f"warning: taking over the lock of site {SITE} left by `corectl upgrade drivers` by root@elsewhere "
         "(pid 999999, since 2026-01-01T00:00:00+00:00), which no longer holds it"
     ]
     assert lock_holder(lab) == {}
 
 
-RUNNER1, RUNNER2 = (f"corectl-labtest-e2e-runner{i}" for i in (1, 2))
+RUNNER1, RUNNER2 = (f"corectl-{SITE}-{P}runner{i}" for i in (1, 2))
 
 
 def jobs_on(container: str) -> list[str]:
@@ -2276,6 +2287,7 @@ def vision_usage() -> int:
     return int(line.splitlines()[0])
 
 
+@pytest.mark.second_lab
 def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
     """Issue 34: jobs run, a backup is taken (to CephFS), more jobs run; the head's machine goes with its disk. A
     blank one with its name and address is bootstrapped and provisioned: slurmctld stays stopped (no saved state on
@@ -2309,11 +2321,11 @@ def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
     assert wait_for(vision_usage, lambda now: now > before["usage"] * 1.05, 60) > before["usage"]
 
     # the head's machine and disk are gone; a blank one takes its name and address
-    corectl("lab", "replace", "e2e-head01", *args)
+    corectl("lab", "replace", f"{P}head01", *args)
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / "e2e-head01.password").read_text().strip())
-        corectl("bootstrap", *args, "e2e-head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
-    held = corectl("provision", *args, "--limit", "e2e-head01", check=False)
+        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / f"{P}head01.password").read_text().strip())
+        corectl("bootstrap", *args, f"{P}head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
+    held = corectl("provision", *args, "--limit", f"{P}head01", check=False)
     assert held.returncode == 1, held.stdout
     assert "slurmctld is kept stopped: its state directory holds no saved state" in held.stdout + held.stderr
     assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld", check=False).strip() == "inactive"
@@ -2344,12 +2356,13 @@ def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
     assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld").strip() == "active"
 
 
+@pytest.mark.second_lab
 def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
     """Issue 15: two runner stand-ins each provision half of a lab of head + 4 DGX (a rack each)."""
     args = ["--inventory", str(lab)]
     original = (lab / "cluster.yml").read_text()
-    options = ["--nodes", "4", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", "e2e-"]
-    every = {"e2e-head01", *(f"e2e-dgx0{i}" for i in range(1, 5))}
+    options = ["--nodes", "4", "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE), "--prefix", P]
+    every = {f"{P}head01", *(f"{P}dgx0{i}" for i in range(1, 5))}
     try:
         # lab up rewrites the site's group_vars and host_vars too: keep what earlier tests set there
         # (the rolling upgrade's nvidia_driver_version)
@@ -2364,13 +2377,13 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         assert record["status"] == "successful", first.stdout
         assert set(record["hosts"]) == every
         assert [(s["name"], s["runner"], s["hosts"], s["groups"], s["status"]) for s in record["shards"]] == [
-            ("services", "e2e-runner1", ["e2e-head01"], [], "successful"),
-            ("e2e-runner1-1", "e2e-runner1", ["e2e-dgx01", "e2e-dgx03"], ["rack-rack1", "rack-rack3"], "successful"),
-            ("e2e-runner2-1", "e2e-runner2", ["e2e-dgx02", "e2e-dgx04"], ["rack-rack2", "rack-rack4"], "successful"),
+            ("services", f"{P}runner1", [f"{P}head01"], [], "successful"),
+            (f"{P}runner1-1", f"{P}runner1", [f"{P}dgx01", f"{P}dgx03"], ["rack-rack1", "rack-rack3"], "successful"),
+            (f"{P}runner2-1", f"{P}runner2", [f"{P}dgx02", f"{P}dgx04"], ["rack-rack2", "rack-rack4"], "successful"),
         ]
-        assert record["hosts"]["e2e-dgx04"]["changed"] > 50, record["hosts"]  # a fresh node, made whole
-        assert "shard e2e-runner2-1 (rack-rack2, rack-rack4) on runner e2e-runner2: successful, 2 hosts" in first.stdout
-        assert docker_exec(HEAD, "srun", "--nodelist=e2e-dgx04", "hostname").strip() == "e2e-dgx04"
+        assert record["hosts"][f"{P}dgx04"]["changed"] > 50, record["hosts"]  # a fresh node, made whole
+        assert f"shard {P}runner2-1 (rack-rack2, rack-rack4) on runner {P}runner2: successful, 2 hosts" in first.stdout
+        assert docker_exec(HEAD, "srun", f"--nodelist={P}dgx04", "hostname").strip() == f"{P}dgx04"
 
         # the same result as a run from this host: nothing changed, the same tasks on each host,
         # but for fact gathering (the runners' fact caches and this host's differ in age)
@@ -2394,19 +2407,19 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
             assert wait_for(lambda r=runner: jobs_on(r), lambda left: left == [], 30) == []
         # corectl runs tells the shards apart
         shown = corectl("runs", *args, "--show", "last").stdout
-        assert "shard e2e-runner2-1 on runner e2e-runner2: successful, e2e-dgx[02,04]" in shown, shown
+        assert f"shard {P}runner2-1 on runner {P}runner2: successful, {P}dgx[02,04]" in shown, shown
         # health and the driver upgrade go through the runners too; health's reports travel in
         # the event stream (the new nodes' clocks may take a moment to sync: retried)
         rc, report = wait_for(lambda: health_report(lab), lambda r: r[0] == 0, 240)
-        assert rc == 0 and sorted(report["nodes"]) == sorted(every - {"e2e-head01"}), report
+        assert rc == 0 and sorted(report["nodes"]) == sorted(every - {f"{P}head01"}), report
         record = runs(lab)[-1]
         assert record["command"] == "health" and [s["name"] for s in record["shards"]] == [
-            "e2e-runner1-1",
-            "e2e-runner2-1",
+            f"{P}runner1-1",
+            f"{P}runner2-1",
         ]
         burn = corectl("health", "--burn-in", *args).stdout  # each node's all_reduce_perf, a Slurm job
-        rows = {row[0]: row[1] for row in table_rows(burn) if row[0].startswith("e2e-")}
-        assert rows == {f"e2e-dgx0{i}": "pass" for i in range(1, 5)}, burn
+        rows = {row[0]: row[1] for row in table_rows(burn) if row[0].startswith(P)}
+        assert rows == {f"{P}dgx0{i}": "pass" for i in range(1, 5)}, burn
         assert burn.count("bus bandwidth 470.3 GB/s at 8 GiB") == 4, burn  # the checker's figure for each node
         assert len(runs(lab)[-1]["shards"]) == 2
         # issue 33, validation's pairwise round, run by its own timer's service (started here as the timer starts
@@ -2442,73 +2455,73 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
             assert (after["ActiveState"], after["Result"]) == ("inactive", "success"), after
             said = wait_for(  # the program's lines reach the journal through a stream that may trail its exit
                 lambda: docker_exec(HEAD, "journalctl", f"_SYSTEMD_INVOCATION_ID={after['InvocationID']}", "-o", "cat"),
-                lambda text: text.count("\ne2e-dgx") + text.startswith("e2e-dgx") >= 4,
+                lambda text: text.count(f"\n{P}dgx") + text.startswith(f"{P}dgx") >= 4,
                 60,
             )
-            rows = {line.split(":")[0]: line.split()[1] for line in said.splitlines() if line.startswith("e2e-dgx")}
-            want = {"e2e-dgx01": "pass", "e2e-dgx02": "pass", "e2e-dgx03": "fail", "e2e-dgx04": "skipped"}
+            rows = {line.split(":")[0]: line.split()[1] for line in said.splitlines() if line.startswith(f"{P}dgx")}
+            want = {f"{P}dgx01": "pass", f"{P}dgx02": "pass", f"{P}dgx03": "fail", f"{P}dgx04": "skipped"}
             assert rows == want, said
-            assert "e2e-dgx04: skipped max_nodes 3 reached" in said, said
-            assert slurm_reason("e2e-dgx03") == (
+            assert f"{P}dgx04: skipped max_nodes 3 reached" in said, said
+            assert slurm_reason(f"{P}dgx03") == (
                 "drain|corectl validation: nccl-pair: bus bandwidth 117.6 GB/s at 8 GiB < expected 360 GB/s "
-                "(with e2e-dgx01)"
+                f"(with {P}dgx01)"
             )
-            assert [slurm_reason(n) for n in ("e2e-dgx01", "e2e-dgx02", "e2e-dgx04")] == ["idle|none"] * 3
+            assert [slurm_reason(n) for n in (f"{P}dgx01", f"{P}dgx02", f"{P}dgx04")] == ["idle|none"] * 3
             pair_jobs = latest_jobs("corectl-validation-pair")
             assert {job["QOS"] for job in pair_jobs.values()} == {"validation"}, pair_jobs
         finally:
             docker_exec(DGX3, "gpu-sim", "clear", "nccl-slow")
-        corectl("resume", "e2e-dgx03", *args)
+        corectl("resume", f"{P}dgx03", *args)
         # ... and the ib-pair check of the same jobs (perftest's ib_write_bw on each port, dgx01 serving, the other
         # node writing through srun): dgx03's mlx5_3 ACTIVE at 400 Gb/s (the ib check passes) but carrying a quarter
         docker_exec(DGX3, "gpu-sim", "fault", "ib-slow", "--device", "mlx5_3")
         try:
-            paired = corectl("validate-nodes", "e2e-dgx[01-03]", "--pairwise", *args, check=False)
-            rows = {row[0]: row[1:] for row in table_rows(paired.stdout) if row[0].startswith("e2e-")}
+            paired = corectl("validate-nodes", f"{P}dgx[01-03]", "--pairwise", *args, check=False)
+            rows = {row[0]: row[1:] for row in table_rows(paired.stdout) if row[0].startswith(P)}
             assert {node: row[0] for node, row in rows.items()} == {
-                "e2e-dgx01": "pass",
-                "e2e-dgx02": "pass",
-                "e2e-dgx03": "fail",
+                f"{P}dgx01": "pass",
+                f"{P}dgx02": "pass",
+                f"{P}dgx03": "fail",
             }, paired.stdout
             # the passing pair's verdict, as the checker noted it on its job
             pair_jobs = latest_jobs("corectl-validation-pair")
-            passed = next(j["JobId"] for n, j in pair_jobs.items() if n in ("e2e-dgx[01-02]", "e2e-dgx01,e2e-dgx02"))
+            passed = next(j["JobId"] for n, j in pair_jobs.items() if n in (f"{P}dgx[01-02]", f"{P}dgx01,{P}dgx02"))
             shown = docker_exec(HEAD, "scontrol", "show", "job", passed)
-            want = "AdminComment=pass: ib-pair: ib_write_bw from e2e-dgx02 on 8 ports: lowest 392.4 Gb/s (mlx5_0)"
+            want = f"AdminComment=pass: ib-pair: ib_write_bw from {P}dgx02 on 8 ports: lowest 392.4 Gb/s (mlx5_0)"
             assert want in shown, shown
-            assert slurm_reason("e2e-dgx03") == (
-                "drain|corectl validation: ib-pair: ib_write_bw from e2e-dgx03: mlx5_3 98.1 Gb/s < expected 380 Gb/s "
-                "(with e2e-dgx01)"
+            assert slurm_reason(f"{P}dgx03") == (
+                f"drain|corectl validation: ib-pair: ib_write_bw from {P}dgx03: mlx5_3 98.1 Gb/s < expected 380 Gb/s "
+                f"(with {P}dgx01)"
             )
-            assert [slurm_reason(n) for n in ("e2e-dgx01", "e2e-dgx02", "e2e-dgx04")] == ["idle|none"] * 3
+            assert [slurm_reason(n) for n in (f"{P}dgx01", f"{P}dgx02", f"{P}dgx04")] == ["idle|none"] * 3
         finally:
             docker_exec(DGX3, "gpu-sim", "clear", "ib-slow")
-        corectl("resume", "e2e-dgx03", *args)
-        upgrade = corectl("upgrade", "drivers", *args, "--limit", "e2e-dgx03,e2e-dgx04", "--batch", "2").stdout
+        corectl("resume", f"{P}dgx03", *args)
+        upgrade = corectl("upgrade", "drivers", *args, "--limit", f"{P}dgx03,{P}dgx04", "--batch", "2").stdout
         record = runs(lab)[-1]
-        assert record["command"] == "upgrade drivers e2e-dgx[03-04]" and record["status"] == "successful", upgrade
+        assert record["command"] == f"upgrade drivers {P}dgx[03-04]" and record["status"] == "successful", upgrade
         assert [(s["runner"], s["hosts"]) for s in record["shards"]] == [
-            ("e2e-runner1", ["e2e-dgx03"]),
-            ("e2e-runner2", ["e2e-dgx04"]),
+            (f"{P}runner1", [f"{P}dgx03"]),
+            (f"{P}runner2", [f"{P}dgx04"]),
         ]
 
         # runner2 stops mid-run: its shard fails alone, named, with how to retry just its hosts
         proc = start_provision(args)
-        fanned_run_started(lab, "e2e-runner2-1", proc)
+        fanned_run_started(lab, f"{P}runner2-1", proc)
         subprocess.run(["docker", "kill", RUNNER2], capture_output=True, check=True)
         out, err = proc.communicate(timeout=600)
         CONSOLE.append(out + err)
         assert proc.returncode == 1, (out, err)
         assert err.splitlines()[-1] == (
-            f"error: provision failed (unreachable: e2e-dgx02, e2e-dgx04); "
-            f"retry just those: corectl provision --inventory {lab} --limit e2e-dgx02,e2e-dgx04"
+            f"error: provision failed (unreachable: {P}dgx02, {P}dgx04); "
+            f"retry just those: corectl provision --inventory {lab} --limit {P}dgx02,{P}dgx04"
         )
         record = runs(lab)[-1]
         status = {s["name"]: s["status"] for s in record["shards"]}
-        assert status == {"services": "successful", "e2e-runner1-1": "successful", "e2e-runner2-1": "error"}, record
-        for host in ("e2e-dgx01", "e2e-dgx03"):
+        assert status == {"services": "successful", f"{P}runner1-1": "successful", f"{P}runner2-1": "error"}, record
+        for host in (f"{P}dgx01", f"{P}dgx03"):
             assert record["hosts"][host]["failed"] == 0 and record["hosts"][host]["unreachable"] == 0
-        assert record["messages"]["e2e-dgx02"].startswith("runner e2e-runner2: ")
+        assert record["messages"][f"{P}dgx02"].startswith(f"runner {P}runner2: ")
         subprocess.run(["docker", "start", RUNNER2], capture_output=True, check=True)
 
         # Ctrl-C stops every shard: nothing of the jobs is left running or on disk on the runners
@@ -2527,7 +2540,7 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         corectl("render", *args)
 
 
-HEAD2 = "corectl-labtest-e2e-head02"
+HEAD2 = f"corectl-{SITE}-{P}head02"
 
 
 def controllers_said(container: str) -> str:
@@ -2535,6 +2548,7 @@ def controllers_said(container: str) -> str:
     return docker_exec(container, "scontrol", "ping", check=False)
 
 
+@pytest.mark.second_lab
 def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab: Path):
     """Issue 34: a second head stand-in is declared as slurm.backup_controller with slurmctld's state on CephFS; the
     provision moves the saved state there and the running job goes on. With a job running, the primary head's
@@ -2545,55 +2559,55 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     cluster_yml = lab / "cluster.yml"
     declared = cluster_yml.read_text()
     added = corectl("lab", "add", "--head", *args).stdout
-    assert f"e2e-head02 172.29.210.9    ssh 127.0.0.1:{PORT_BASE + 40}" in added, added
+    assert f"{P}head02 {NET}.9    ssh 127.0.0.1:{PORT_BASE + 40}" in added, added
     # (cluster.yml as earlier tests left it: add-node and remove-node rewrite it in their own layout)
     config = yaml.safe_load(declared)
     config["nodes"].append(
         {
-            "name": "e2e-head02",
-            "address": "172.29.210.9",
+            "name": f"{P}head02",
+            "address": f"{NET}.9",
             "profile": "head-standin",
             "roles": ["login"],
             "ssh": {"host": "127.0.0.1", "port": PORT_BASE + 40},
         }
     )
-    config["slurm"].update(backup_controller="e2e-head02", state_dir="/shared/slurm/state", controller_timeout_s=10)
+    config["slurm"].update(backup_controller=f"{P}head02", state_dir="/shared/slurm/state", controller_timeout_s=10)
     cluster_yml.write_text(yaml.safe_dump(config, sort_keys=False))
-    through = sbatch("--nodelist=e2e-dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
+    through = sbatch(f"--nodelist={P}dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
     wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
     corectl("provision", *args)
     assert job_state(through).startswith("RUNNING")  # the move of the saved state kept the queue
     assert docker_exec(HEAD2, "test", "-s", "/shared/slurm/state/job_state", check=False) == ""
     assert "RequiresMountsFor=/shared/slurm/state" in docker_exec(HEAD, "systemctl", "cat", "slurmctld")
     said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
-    assert "Slurmctld(primary) at e2e-head01 is UP" in said and "Slurmctld(backup) at e2e-head02 is UP" in said
+    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
     options = docker_exec(DGX1, "cat", "/etc/default/slurmd")
-    assert '--conf-server e2e-head01,e2e-head02"' in options, options
+    assert f'--conf-server {P}head01,{P}head02"' in options, options
     again = corectl("provision", *args)
     assert set(last_run_changes(lab).values()) == {0}, (last_run_changes(lab), again.stdout)
 
     # the primary head dies with a job running; the backup takes over once it has not answered for
     # controller_timeout_s and CephFS has released the dead head's session (its caps on the saved state)
-    running = sbatch("--nodelist=e2e-dgx02", "--time=10", "--wrap", "sleep 45")
+    running = sbatch(f"--nodelist={P}dgx02", "--time=10", "--wrap", "sleep 45")
     wait_for(lambda: job_state(running), lambda state: state.startswith("RUNNING"), 60)
     killed = time.monotonic()
     subprocess.run(["docker", "kill", HEAD], capture_output=True, check=True)
     try:
         said = wait_for(
             lambda: controllers_said(HEAD2),
-            lambda s: "at e2e-head01 is DOWN" in s and "Slurmctld(backup) at e2e-head02 is UP" in s,
+            lambda s: f"at {P}head01 is DOWN" in s and f"Slurmctld(backup) at {P}head02 is UP" in s,
             180,
         )
         # (the backup answers ping in standby too: a job is what shows it in charge)
-        on_backup = ["runuser", "-u", "alice", "--", "srun", "--job-name=on-the-backup", "--nodelist=e2e-dgx01"]
+        on_backup = ["runuser", "-u", "alice", "--", "srun", "--job-name=on-the-backup", f"--nodelist={P}dgx01"]
         new = wait_for(
             lambda: docker_exec(HEAD2, *on_backup, "--mem=64", "hostname", check=False),
-            lambda out: out.strip() == "e2e-dgx01",
+            lambda out: out.strip() == f"{P}dgx01",
             180,
         )
         took_over = time.monotonic() - killed
         print(f"backup controller in charge {took_over:.0f} s after the head was killed")
-        assert new.strip() == "e2e-dgx01"
+        assert new.strip() == f"{P}dgx01"
         shown = wait_for(
             lambda: docker_exec(HEAD2, "scontrol", "show", "job", running, check=False),
             lambda text: "JobState=COMPLETED" in text,
@@ -2605,10 +2619,10 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     # the primary is back (slurmctld after CephFS is mounted) and takes over again; its database gets what the
     # backup ran meanwhile
     said = wait_for(lambda: controllers_said(HEAD), lambda s: s.count("is UP") == 2, 240)
-    assert "Slurmctld(primary) at e2e-head01 is UP" in said
-    on_primary = ["runuser", "-u", "alice", "--", "srun", "--nodelist=e2e-dgx02", "--mem=64", "hostname"]
-    after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == "e2e-dgx02", 120)
-    assert after.strip() == "e2e-dgx02"
+    assert f"Slurmctld(primary) at {P}head01 is UP" in said
+    on_primary = ["runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx02", "--mem=64", "hostname"]
+    after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == f"{P}dgx02", 120)
+    assert after.strip() == f"{P}dgx02"
     jobs = wait_for(
         lambda: docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running, check=False),
         lambda out: f"{running}|COMPLETED" in out,
@@ -2616,7 +2630,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     )
     assert f"{running}|COMPLETED" in jobs
     recorded = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "--name=on-the-backup", "-o", "NodeList,State")
-    assert "e2e-dgx01|COMPLETED" in recorded.split(), recorded
+    assert f"{P}dgx01|COMPLETED" in recorded.split(), recorded
     docker_exec(HEAD, "scancel", through)
 
     # a restore with two controllers (the head back to a backup taken now): the second controller's slurmctld is
@@ -2626,13 +2640,13 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     restored = corectl("restore", *args, "--backup", backup["name"]).stdout
     record = runs(lab)[-1]
     assert record["command"].startswith("restore") and record["status"] == "successful", restored
-    assert record["hosts"]["e2e-head02"]["changed"] == 2, record["hosts"]  # its slurmctld stopped, then started
+    assert record["hosts"][f"{P}head02"]["changed"] == 2, record["hosts"]  # its slurmctld stopped, then started
     assert "/shared/slurm/state" in restored, restored
-    assert "the second controller e2e-head02: slurmctld stopped meanwhile, running again" in restored, restored
+    assert f"the second controller {P}head02: slurmctld stopped meanwhile, running again" in restored, restored
     said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
-    assert "Slurmctld(primary) at e2e-head01 is UP" in said and "Slurmctld(backup) at e2e-head02 is UP" in said
-    after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == "e2e-dgx02", 120)
-    assert after.strip() == "e2e-dgx02"
+    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+    after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == f"{P}dgx02", 120)
+    assert after.strip() == f"{P}dgx02"
     assert f"{running}|COMPLETED" in docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running)
 
 
@@ -2662,7 +2676,7 @@ def test_the_report_shows_the_accountings_gpu_hours_the_utilisation_and_its_plot
     for user, account, gres in (("alice", "research", "gpu:2"), ("alice", "vision", "gpu:1"), ("carol", "", "gpu:1")):
         job = docker_exec(
             HEAD, "runuser", "-u", user, "--", "srun", *([f"--account={account}"] if account else []),
-            "--nodelist=e2e-dgx02", "--ntasks=1", "--cpus-per-task=1", "--mem=64", f"--gres={gres}",
+            f"--nodelist={P}dgx02", "--ntasks=1", "--cpus-per-task=1", "--mem=64", f"--gres={gres}",
             "sh", "-c", 'sleep 5; echo "$SLURM_JOB_ID"',
         ).strip()  # fmt: skip
         ran.append(job)
@@ -2725,7 +2739,7 @@ def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming
     started = corectl("lab", "add", *args, "--release", "trixie").stdout
     name, address = started.split()[:2]
     port = re.search(r"ssh 127\.0\.0\.1:(\d+)", started).group(1)
-    container = f"corectl-labtest-{name}"
+    container = f"corectl-{SITE}-{name}"
     assert "13" in docker_exec(container, "sh", "-c", ". /etc/os-release; echo $VERSION_ID")
     head_slurm = docker_exec(HEAD, "dpkg-query", "-W", "-f=${Version}", "slurmctld").split("-")[0]
     offered = re.search(r"Candidate: (\S+)", docker_exec(container, "apt-cache", "policy", "slurmd")).group(1)
@@ -2734,7 +2748,7 @@ def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming
     refused = corectl("add-node", name, *args, *options, check=False)
     assert refused.returncode == 1, refused.stdout
     line = (
-        f"{name} would install slurmd {offered.split('-')[0]}, but e2e-head01 runs slurmctld {head_slurm}: one Slurm "
+        f"{name} would install slurmd {offered.split('-')[0]}, but {P}head01 runs slurmctld {head_slurm}: one Slurm "
         "release per cluster (SchedMD: upgrade slurmdbd, then slurmctld, then slurmd, at most 2 releases apart)"
     )
     assert refused.stderr.startswith("error: ") and line in refused.stderr, refused.stderr
@@ -2752,8 +2766,10 @@ def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming
     assert docker_exec(container, "dpkg-query", "-W", "-f=${db:Status-Status}", "slurmd", check=False) != "installed"
 
 
+@pytest.mark.every_lab
 def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
-    """Last of the module: every secret source, in everything the runs above left behind."""
+    """Last of the module (on each lab the suite runs on): every secret source, in everything the runs above left
+    behind."""
     site = resolve_site(str(lab))
     files = secrets.SecretFiles(site)
     vault_password = secrets.vault_password(files)
@@ -2761,7 +2777,6 @@ def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
     values = secrets.read_values(site)
     needles = {
         "vault password": vault_password,
-        "bootstrap password": (lab / ".lab" / "e2e-dgx03.password").read_bytes().strip(),
         "munge key": key[:24],
         "munge key (base64)": base64.b64encode(key)[:32],
         "db password": values["corectl_slurm_db_password"].encode(),
@@ -2771,6 +2786,10 @@ def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
         # (line 5 of the key file holds the private key bytes; the lines before hold public parts)
         "node ssh key": (lab / ".lab" / "id_ed25519").read_text().splitlines()[4].encode(),
     }
+    # the admin passwords of fresh machines: add-node's dgx03, a replaced head (lab add and lab replace make them)
+    made = sorted(p for p in (lab / ".lab").glob("*.password") if p.name != "bmc.password")
+    assert made, "no fresh machine's password: the tests above bootstrap at least one"
+    needles |= {f"bootstrap password of {p.stem}": p.read_bytes().strip() for p in made}
     if "corectl_backup_ssh_key" in values:  # made by the backup host test
         needles["backup ssh key"] = values["corectl_backup_ssh_key"].splitlines()[4].encode()  # private bytes
     assert needles["bmc password"] == (lab / ".lab" / "bmc.password").read_bytes().strip()
