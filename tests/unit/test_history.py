@@ -242,3 +242,33 @@ def test_a_run_of_site_yml_says_whether_the_site_has_run_before(tmp_path: Path, 
     # other playbooks are not told
     health = RunRequest(site=site, playbook="health.yml", command="health")
     assert "extravars" not in selection(health, {})
+
+
+def test_the_site_has_run_before_after_its_provisions_records_are_pruned(tmp_path: Path, root: Path):
+    """The site keeps only its newest runs: health checks, heals and power commands soon push a provision's record
+    out. That the site has run before must outlive it, or a replaced head would start slurmctld on an empty
+    state directory and lose the queue (the lab's second e2e lab found it: its heal test's runs pruned the record
+    of the only provision before the head was replaced)."""
+    from corectl.ansible.records import site_has_run
+    from corectl.ansible.runner import KEEP_RUNS, SITE_HAS_RUN, prune_runs
+
+    site = Site(root=root, directory=tmp_path / "site")
+
+    def finished(second: int, playbook: str, status: str = "successful", *, check: bool = False) -> Path:
+        ident = f"20261127T05{second // 60:02d}{second % 60:02d}Z-{100 + second}"
+        request = RunRequest(site=site, playbook=playbook, command="x", check=check)
+        run = RunResult(status, 0, {"dgx01": HostStats(ok=1)}, site.runs_dir / ident, 1.0, {}, 1)
+        record(request, run, f"2026-11-27T05:00:{second % 60:02d}+00:00")
+        return site.runs_dir / ident
+
+    finished(0, "site.yml", "failed")
+    finished(1, "site.yml", check=True)  # a plan
+    assert not site_has_run(site) and not (site.runs_dir / SITE_HAS_RUN).exists()
+    provision = finished(2, "site.yml")
+    assert site_has_run(site)
+    for second in range(3, 3 + KEEP_RUNS):
+        finished(second, "health.yml")
+    assert provision in prune_runs(site.runs_dir)
+    assert not any(r["playbook"] == "site.yml" and r["status"] == "successful" for r in load_runs(site))
+    assert site_has_run(site)
+    assert (site.runs_dir / SITE_HAS_RUN).read_text().split()[1] == provision.name

@@ -32,6 +32,10 @@ from corectl.site import Site
 
 KEEP_RUNS = 30
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
+# A successful run of site.yml leaves this mark in .runs/, beside the run folders (which prune_runs removes
+# but for the newest): that the site has run before outlives the records of its provisions
+# (records.site_has_run; a replaced head's slurmctld waits for its saved state then).
+SITE_HAS_RUN = "site-has-run"
 EventSink = Callable[[dict[str, Any]], None]
 SHARD_KEY = "corectl_shard"  # added to the events of a fanned-out run: the shard they came from
 
@@ -574,3 +578,5 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
     if run.shards:
         data["shards"] = [asdict(shard) for shard in run.shards]
     atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+    if request.playbook == "site.yml" and run.status == "successful" and not request.check:
+        atomic_write(run.artifact_dir.parent / SITE_HAS_RUN, f"{started_at} {run.artifact_dir.name}\n".encode(), 0o600)
