@@ -594,12 +594,15 @@ def main(argv: list[str] | None = None) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     stamp = outdir / ".recipe-hash"
     current = recipe_hash()
-    if not (stamp.is_file() and stamp.read_text().strip() == current and (outdir / "index.json").is_file()):
-        for tool in ("dpkg-deb", "gpg", "gpgconf"):
-            if shutil.which(tool) is None:
-                print(f"build_repo: {tool} is required", file=sys.stderr)
-                return 1
-        build(outdir, args.image)
+    # labs and molecule scenarios that start at once (tests/stages.py's lanes) build it once: the others wait here
+    with (outdir.parent / f".{outdir.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.is_file() and stamp.read_text().strip() == current and (outdir / "index.json").is_file()):
+            for tool in ("dpkg-deb", "gpg", "gpgconf"):
+                if shutil.which(tool) is None:
+                    print(f"build_repo: {tool} is required", file=sys.stderr)
+                    return 1
+            build(outdir, args.image)
     print(outdir)
     return 0
 
