@@ -1067,22 +1067,30 @@ def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
 
 def test_every_nodes_logs_reach_the_head_and_are_read_there_while_the_node_is_down(lab: Path):
     """Issue 29: each node's rsyslog forwards its journal to the head over TCP; `corectl logs NODE` reads the
-    head's copy (named from the sender's address), also while the node is stopped."""
+    head's copy (named from the sender's address), also while the node is stopped: a line logged by a program,
+    and an Xid from the stand-in's kernel log (gpu-sim puts each in the node's journal as a kernel line; an
+    application Xid, 13, drains nothing)."""
     args = ("--inventory", str(lab))
     marker = f"e2e-logs-{uuid.uuid4().hex[:8]}"
     for container, node in ((DGX1, f"{P}dgx01"), (DGX2, f"{P}dgx02")):
         docker_exec(container, "logger", "-t", "e2e", f"{marker} from {node}")
     read = ("logs", f"{P}dgx02", *args, "--grep", marker)
 
-    def dgx02_lines() -> list[str]:
-        return corectl(*read, check=False).stdout.splitlines()
+    def dgx02_lines(*options: str) -> list[str]:
+        return corectl("logs", f"{P}dgx02", *args, *options, check=False).stdout.splitlines()
 
-    seen = wait_for(dgx02_lines, lambda lines: len(lines) == 1, 90)
+    seen = wait_for(lambda: dgx02_lines("--grep", marker), lambda lines: len(lines) == 1, 90)
     assert seen[0].endswith(f" e2e: {marker} from {P}dgx02"), seen
+    docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "6", "--xid", "13")
+    [xid] = docker_exec(DGX2, "gpu-sim", "kernel-log").splitlines()[-1:]
+    assert xid.startswith("NVRM: Xid (PCI:") and ": 13, " in xid, xid
+    kernel = wait_for(lambda: dgx02_lines("--grep", "NVRM: Xid", "--since", "10m"), lambda lines: len(lines) >= 1, 90)
+    assert f" {P}dgx02 kernel" in kernel[-1] and kernel[-1].endswith(f": {xid}"), kernel
     subprocess.run(["docker", "stop", DGX2], capture_output=True, check=True)
     try:
         down = corectl(*read).stdout.splitlines()  # the node is down: its lines are on the head
         assert down == seen
+        assert dgx02_lines("--grep", "NVRM: Xid", "--since", "10m") == kernel
         since = corectl("logs", f"{P}dgx01", *args, "--grep", marker, "--since", "10m").stdout.splitlines()
         assert len(since) == 1 and since[0].endswith(f" e2e: {marker} from {P}dgx01"), since
     finally:

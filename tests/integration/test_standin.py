@@ -82,6 +82,7 @@ class Node:
             GPU_SIM_POWER_ON=str(root / "power-on"),
             GPU_SIM_MODULES=str(root / "modules"),
             GPU_SIM_MODULES_LOAD_D=str(root / "modules-load.d"),
+            GPU_SIM_JOURNAL=str(root / "journal.socket"),  # none there: this machine's own journal is left alone
             PYTHONDONTWRITEBYTECODE="1",
         )
         self.procs: list[subprocess.Popen] = []
@@ -605,6 +606,26 @@ def test_gpu_reset_is_refused_while_held_and_clears_what_a_reset_clears(node: No
     assert "Xid" in node.run("gpu-sim", "kernel-log", "--since", "3600").stdout
     node.run("gpu-sim", "boot")
     assert "Xid" not in node.run("gpu-sim", "kernel-log", "--since", "3600").stdout
+
+
+def test_an_xid_is_logged_to_the_nodes_journal_as_a_kernel_line(node: Node):
+    """A node's journal gets each Xid as the kernel logs it (identifier kernel, facility kern, priority warning),
+    so the node's syslog forwarding carries it to the log host as it does a real node's kernel lines."""
+    folder = tempfile.mkdtemp(prefix="j", dir="/tmp")  # (a socket's path must be short)
+    path = Path(folder) / "socket"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as journal:
+            journal.bind(str(path))
+            node.env["GPU_SIM_JOURNAL"] = str(path)
+            node.run("gpu-sim", "fault", "xid", "--gpu", "4", "--xid", "48")
+            journal.settimeout(10)
+            received = journal.recv(65536).decode()
+    finally:
+        shutil.rmtree(folder)
+    fields = dict(line.split("=", 1) for line in received.splitlines())
+    logged = node.run("gpu-sim", "kernel-log").stdout.splitlines()
+    assert fields == {"MESSAGE": logged[-1], "SYSLOG_IDENTIFIER": "kernel", "SYSLOG_FACILITY": "0", "PRIORITY": "4"}
+    assert fields["MESSAGE"].startswith("NVRM: Xid (PCI:0000:") and ": 48, " in fields["MESSAGE"], fields
 
 
 def test_a_lost_gpu_comes_back_after_a_power_cycle_not_a_reboot_and_a_dead_one_never(node: Node):

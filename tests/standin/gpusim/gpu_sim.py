@@ -12,7 +12,8 @@ gpu-sim boot            what a boot does (run by gpu-sim-boot.service); after a 
                         (the BMC stand-in's mark) GPUs that fell off the bus come back; the loaded
                         kernel modules become those of /etc/modules-load.d/*.conf
 gpu-sim driver-installed  driver package postinst: load the driver if none is loaded yet
-gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat)
+gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat); each
+                        is also sent to the node's journal as a kernel line when it happens (fault xid)
 gpu-sim nvme-smart-log /dev/nvmeN  a drive's SMART log as `nvme smart-log -o json` prints it
 gpu-sim modprobe NAME   load a kernel module: add it to the stand-in's /proc/modules (GPU_SIM_MODULES)
 gpu-sim rmmod NAME      unload it; a boot loads only what /etc/modules-load.d/*.conf names
@@ -239,9 +240,12 @@ def cmd_fault(args: argparse.Namespace) -> int:
     if args.gpu is None:
         args.gpu = 0
     try:
-        gpusim.update(lambda state: inject(state, args.name, args))
+        state = gpusim.update(lambda state: inject(state, args.name, args))
     except KeyError as exc:
         return _die(str(exc.args[0]))
+    if args.name == "xid":  # the kernel logs it as it happens
+        gpu = _gpu(state, args.gpu)
+        gpusim.log_kernel(kernel_xid_line(gpu, gpu["xid_events"][-1]))
     return 0
 
 

@@ -131,6 +131,23 @@ def modules_load_dir() -> Path:
     return Path(os.environ.get("GPU_SIM_MODULES_LOAD_D") or "/etc/modules-load.d")
 
 
+def journal_socket() -> Path:
+    """journald's native socket on the node: where the stand-in's kernel lines go (log_kernel)."""
+    return Path(os.environ.get("GPU_SIM_JOURNAL") or "/run/systemd/journal/socket")
+
+
+def log_kernel(line: str) -> None:
+    """Log ``line`` as the kernel logs it: into the node's journal with identifier kernel, facility kern and
+    priority warning, from where the node's syslog forwarding takes it as it takes a real node's kernel lines
+    (a container has no kernel ring buffer of its own). Without a journal (a test on a bare machine): nothing."""
+    fields = {"MESSAGE": line, "SYSLOG_IDENTIFIER": "kernel", "SYSLOG_FACILITY": "0", "PRIORITY": "4"}
+    target = journal_socket()
+    if not target.is_socket():
+        return
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as journal:
+        journal.sendto("".join(f"{key}={value}\n" for key, value in fields.items()).encode(), str(target))
+
+
 # --------------------------------------------------------------------------- kernel modules
 
 
