@@ -2,19 +2,20 @@
 
     lane 1: the stand-in node image (Docker engine included), then the end-to-end lab suite
             (pytest -m lab) but for its tests marked second_lab: the longest stage, so it starts first
-    lane 2: lint (ruff, ansible-lint), the unit tests (pytest -m "not lab ..."), then molecule, one
-            scenario after the other, once the image is there, on Debian 12 (bookworm) and then on
-            Debian 13 (trixie: molecule-<scenario>-trixie)
+    lane 2: lint (ruff, lint-imports, ansible-lint), the unit tests (pytest -m "not lab ...")
     lane 3: once the image is there, the suite's second_lab tests (independent of the others' state)
             and its every_lab secret scan on a second lab (lab-fleet: CORECTL_E2E_LAB=labfleet), then
             the smaller end-to-end test on a Debian 13 lab of its own (lab-trixie)
 
-A release's image is built once, by the first lane that needs it (image, image-trixie). The labs and
-each molecule scenario use their own docker network, node names (Slurm's cgroups are named after
-nodes) and ports, so they can run side by side. Every stage writes its output to build/<stage>.log;
-a failed stage's log tail is printed, and its first error lines again at the very end (where a
-reader of the last lines looks). build/cpu.log has the machine's CPU use every 10 s. Exit status 1
-when any stage failed.
+Then each lane takes the molecule stages from one queue, most costly first: every scenario on
+Debian 12 (bookworm: molecule-<scenario>) and on Debian 13 (trixie: molecule-<scenario>-trixie),
+never one scenario on both at once. In practice lane 2 runs most of them while the labs run, and
+the lanes end close together. A release's image is built once, by the first lane that needs it
+(image, image-trixie). The labs and each molecule scenario use their own docker network, node names
+(Slurm's cgroups are named after nodes) and ports, so they can run side by side. Every stage writes
+its output to build/<stage>.log; a failed stage's log tail is printed, and its first error lines
+again at the very end (where a reader of the last lines looks). build/cpu.log has the machine's CPU
+use every 10 s. Exit status 1 when any stage failed.
 
     python tests/stages.py [all | lint | unit | image | lab | lab-fleet | lab-trixie
                             | molecule [RELEASE ...] [SCENARIO ...]]
@@ -263,7 +264,6 @@ class MoleculeQueue:
         self.waiting = [(name, release) for name in ordered for release in releases]
         self.running: set[str] = set()
         self.changed = threading.Condition()
-        self.ok = True
 
     def take(self) -> tuple[str, str] | None:
         with self.changed:
