@@ -126,6 +126,51 @@ def test_ci_digest_repeats_a_failed_stages_first_errors(tmp_path: Path, root: Pa
     ]
 
 
+def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_releases_at_once(root: Path, monkeypatch):
+    """tests/stages.py: three lanes take molecule stages from one queue (most costly scenario first); each stage
+    runs once, and a scenario (its instance names, network and molecule state) is never on two releases at once."""
+    import threading
+
+    monkeypatch.syspath_prepend(str(root / "tests"))
+    import stages
+
+    running: list[tuple[str, str]] = []
+    ran: list[tuple[str, str, int]] = []
+    clash: list[str] = []
+    guard = threading.Lock()
+    another = threading.Event()
+
+    class FakeStages:
+        def molecule(self, name: str, lane: int, tag: str, release: str) -> bool:
+            with guard:
+                if any(other == name for other, _ in running):
+                    clash.append(name)
+                running.append((name, release))
+                ran.append((name, release, lane))
+            if (name, release) == ("slurm", "bookworm"):  # the first: held until another lane took the next
+                assert another.wait(30)
+            else:
+                another.set()
+            with guard:
+                running.remove((name, release))
+            return not (name == "users" and release == "trixie")  # one failing stage
+
+    class FakeImages:
+        def tag(self, release: str, lane: int) -> str:
+            return f"corectl-node:{release}"
+
+    queue = stages.MoleculeQueue(FakeStages(), FakeImages(), ["users", "slurm", "zeta", "gpu"], list(stages.RELEASES))
+    assert queue.waiting[:2] == [("slurm", "bookworm"), ("slurm", "trixie")] and queue.waiting[-1][0] == "zeta"
+    results = stages.in_parallel(*(lambda lane=lane: queue.work(lane) for lane in (1, 2, 3)))
+    assert clash == []
+    assert sorted((name, release) for name, release, _ in ran) == sorted(
+        (name, release) for name in ("gpu", "slurm", "users", "zeta") for release in stages.RELEASES
+    )
+    assert ran[1][:2] == ("gpu", "bookworm")  # taken while slurm ran on bookworm: not slurm on trixie
+    failed_lane = next(lane for name, release, lane in ran if (name, release) == ("users", "trixie"))
+    assert results == [lane != failed_lane for lane in (1, 2, 3)]
+
+
 def test_a_second_head_comes_after_the_dgx_so_they_keep_their_places(tmp_path: Path, root: Path):
     """corectl lab add --head: head02 at .9, SSH 40 above the head's; the DGX keep addresses, ports and order (their
     stand-in BMCs' kinds follow their index)."""
