@@ -1,26 +1,30 @@
-"""`make test`: every test stage in three lanes side by side, and a time table at the end.
+"""`make test`: every test stage in two lanes side by side, and a time table at the end.
 
     lane 1: the stand-in node image (Docker engine included), then the end-to-end lab suite
-            (pytest -m lab) but for its tests marked second_lab: the longest stage, so it starts first
-    lane 2: lint (ruff, lint-imports, ansible-lint), the unit tests (pytest -m "not lab ...")
-    lane 3: once the image is there, the suite's second_lab tests (independent of the others' state)
-            and its every_lab secret scan on a second lab (lab-fleet: CORECTL_E2E_LAB=labfleet), then
-            the smaller end-to-end test on a Debian 13 lab of its own (lab-trixie)
+            (pytest -m lab), the longest stage, so it starts first
+    lane 2: lint (ruff, lint-imports, ansible-lint), the unit tests (pytest -m "not lab ..."),
+            then the molecule stages, then the smaller end-to-end test on a Debian 13 lab of its
+            own (lab-trixie)
 
-Then each lane takes the molecule stages from one queue, most costly first: every scenario on
-Debian 12 (bookworm: molecule-<scenario>) and on Debian 13 (trixie: molecule-<scenario>-trixie),
-never one scenario on both at once. In practice lane 2 runs most of them while the labs run, and
-the lanes end close together. A release's image is built once, by the first lane that needs it
-(image, image-trixie). The labs and each molecule scenario use their own docker network, node names
-(Slurm's cgroups are named after nodes) and ports, so they can run side by side. Every stage writes
-its output to build/<stage>.log; a failed stage's log tail is printed, and its first error lines
-again at the very end (where a reader of the last lines looks). build/cpu.log has the machine's CPU
-use every 10 s. Exit status 1 when any stage failed.
+The molecule stages are one queue, most costly first: every scenario on Debian 12 (bookworm:
+molecule-<scenario>) and on Debian 13 (trixie: molecule-<scenario>-trixie), never one scenario on
+both at once; a lane that has finished its own stages takes from it. A release's image is built
+once, by the first lane that needs it (image, image-trixie). The labs and each molecule scenario
+use their own docker network, node names (Slurm's cgroups are named after nodes) and ports, so
+they can run side by side. Every stage writes its output to build/<stage>.log; a failed stage's log
+tail is printed, and its first error lines again at the very end (where a reader of the last lines
+looks). build/cpu.log has the machine's CPU use every 10 s, and the end says how busy it was.
+Exit status 1 when any stage failed.
+
+Two lanes, not more: the run keeps both cores about 93 % busy (measured, session 27), so a third
+lane (the suite split over two labs, `lab-fleet` below) only adds the second lab's set-up.
 
     python tests/stages.py [all | lint | unit | image | lab | lab-fleet | lab-trixie
                             | molecule [RELEASE ...] [SCENARIO ...]]
 
-RELEASE is bookworm or trixie (default: both). `lab` alone runs the whole suite on one lab.
+RELEASE is bookworm or trixie (default: both). `lab-fleet` runs the suite's second_lab tests
+(independent of the others' state) and its every_lab secret scan on a second lab of their own
+(CORECTL_E2E_LAB=labfleet), beside anything that uses the first.
 """
 
 from __future__ import annotations
@@ -335,24 +339,21 @@ def main(argv: list[str]) -> int:
     def lab(name: str, lane: int, argv: list[str], env: dict[str, str], release: str = RELEASES[0]) -> bool:
         return images.tag(release, lane) is not None and stages.run(name, lane, argv, env, LAB_STAGE_LIMIT_S)
 
-    def first_lab() -> bool:
-        ran = lab("lab", 1, [*lab_run, "-m", "lab and not second_lab"], lab_env)
+    def lab_then_molecule() -> bool:
+        ran = lab("lab", 1, lab_tests, lab_env)
         return queue.work(1) and ran
 
     def checks_then_molecule() -> bool:
         linted = lint(stages, lane=2)
         unit = stages.run("unit", 2, unit_tests)
-        return queue.work(2) and unit and linted
-
-    def second_lab_then_release() -> bool:
-        fleet = lab("lab-fleet", 3, fleet_tests, fleet_env)
-        release = lab(f"lab-{RELEASES[1]}", 3, release_tests, lab_env, RELEASES[1])
-        return queue.work(3) and fleet and release
+        molecule = queue.work(2)
+        release = lab(f"lab-{RELEASES[1]}", 2, release_tests, lab_env, RELEASES[1])
+        return molecule and release and unit and linted
 
     cpu = CpuLog(stages)
     cpu.thread.start()
     if what == "all":
-        in_parallel(first_lab, checks_then_molecule, second_lab_then_release)
+        in_parallel(lab_then_molecule, checks_then_molecule)
     elif what == "lint":
         lint(stages)
     elif what == "unit":

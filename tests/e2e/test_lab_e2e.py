@@ -36,9 +36,9 @@ pytestmark = pytest.mark.lab
 T = TypeVar("T")
 
 CORECTL = str(Path(sys.executable).parent / "corectl")
-# The lab this module runs on. The whole suite runs on `labtest`; tests/stages.py runs the tests marked `second_lab`
-# (independent of the others' state) on `labfleet` at the same time (CORECTL_E2E_LAB=labfleet). Two labs on one
-# machine need their own site, subnet, ports and node names (Slurm names its host cgroups after nodes).
+# The lab this module runs on: `labtest`, or with CORECTL_E2E_LAB=labfleet a second one (`tests/stages.py lab-fleet`
+# runs the tests marked `second_lab`, independent of the others' state, there). Two labs on one machine need their
+# own site, subnet, ports and node names (Slurm names its host cgroups after nodes).
 LABS = {
     "labtest": ("172.29.210", 22300, "e2e-"),
     "labfleet": ("172.29.212", 22500, "e2f-"),
@@ -1086,6 +1086,7 @@ def test_every_nodes_logs_reach_the_head_and_are_read_there_while_the_node_is_do
     assert xid.startswith("NVRM: Xid (PCI:") and ": 13, " in xid, xid
     kernel = wait_for(lambda: dgx02_lines("--grep", "NVRM: Xid", "--since", "10m"), lambda lines: len(lines) >= 1, 90)
     assert f" {P}dgx02 kernel" in kernel[-1] and kernel[-1].endswith(f": {xid}"), kernel
+    before = slurmd_registered(f"{P}dgx02")
     subprocess.run(["docker", "stop", DGX2], capture_output=True, check=True)
     try:
         down = corectl(*read).stdout.splitlines()  # the node is down: its lines are on the head
@@ -1095,6 +1096,8 @@ def test_every_nodes_logs_reach_the_head_and_are_read_there_while_the_node_is_do
         assert len(since) == 1 and since[0].endswith(f" e2e: {marker} from {P}dgx01"), since
     finally:
         subprocess.run(["docker", "start", DGX2], capture_output=True, check=True)
+        # back for the next test once its new slurmd has registered and it is idle
+        wait_for(lambda: slurmd_registered(f"{P}dgx02"), lambda started: started != before, 240)
         wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda reason: reason == "idle|none", 240)
     missing = corectl("logs", f"{P}nosuch", *args, check=False)
     assert missing.returncode == 2 and f"{P}nosuch is not a node of" in missing.stderr
@@ -1198,6 +1201,15 @@ def test_cephfs_is_shared_between_nodes(lab: Path):
 
 def slurm_reason(node: str) -> str:
     return docker_exec(HEAD, "sinfo", "--noheader", "--Node", "--nodes", node, "--format", "%t|%E").strip()
+
+
+def slurmd_registered(node: str) -> str:
+    """When slurmctld last saw ``node``'s slurmd start (SlurmdStartTime). A node stopped and started again within
+    slurmctld's timeouts is never marked down, and looks idle before its new slurmd has registered: a job started
+    on it then waits in its prolog for good (seen under load). This changes once the new slurmd has registered."""
+    shown = docker_exec(HEAD, "scontrol", "show", "node", node)
+    found = re.search(r"SlurmdStartTime=(\S+)", shown)
+    return found.group(1) if found else ""
 
 
 def wait_for(what: Callable[[], T], predicate: Callable[[T], bool], timeout: float = 90.0) -> T:

@@ -127,7 +127,7 @@ def test_ci_digest_repeats_a_failed_stages_first_errors(tmp_path: Path, root: Pa
 
 
 def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_releases_at_once(root: Path, monkeypatch):
-    """tests/stages.py: three lanes take molecule stages from one queue (most costly scenario first); each stage
+    """tests/stages.py: the lanes take molecule stages from one queue (most costly scenario first); each stage
     runs once, and a scenario (its instance names, network and molecule state) is never on two releases at once."""
     import threading
 
