@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from corectl.ansible.progress import Expected
-from corectl.ansible.runner import SITE_HAS_RUN
+from corectl.ansible.runner import SITE_HAS_RUN, converged_the_site
 from corectl.site import Site
 
 
@@ -48,6 +48,5 @@ def site_has_run(site: Site) -> bool:
     """Whether a run of site.yml (provision, add-node) on this site ever succeeded: its mark (kept when the
     run records are pruned), or for a site whose runs predate the mark, a record of one."""
     return (site.runs_dir / SITE_HAS_RUN).is_file() or any(
-        r.get("playbook") == "site.yml" and r.get("status") == "successful" and not r.get("check")
-        for r in load_runs(site)
+        converged_the_site(r.get("playbook"), r.get("status"), r.get("check")) for r in load_runs(site)
     )

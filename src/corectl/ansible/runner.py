@@ -37,7 +37,14 @@ RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
 # (records.site_has_run; a replaced head's slurmctld waits for its saved state then).
 SITE_HAS_RUN = "site-has-run"
 EventSink = Callable[[dict[str, Any]], None]
+
+
 SHARD_KEY = "corectl_shard"  # added to the events of a fanned-out run: the shard they came from
+
+
+def converged_the_site(playbook: str | None, status: str | None, check: bool | None) -> bool:
+    """A run that converged the site: of site.yml (provision, add-node), successful, not a plan (check mode)."""
+    return playbook == "site.yml" and status == "successful" and not check
 
 
 @dataclass(frozen=True)
@@ -578,5 +585,5 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
     if run.shards:
         data["shards"] = [asdict(shard) for shard in run.shards]
     atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
-    if request.playbook == "site.yml" and run.status == "successful" and not request.check:
+    if converged_the_site(request.playbook, run.status, request.check):
         atomic_write(run.artifact_dir.parent / SITE_HAS_RUN, f"{started_at} {run.artifact_dir.name}\n".encode(), 0o600)
