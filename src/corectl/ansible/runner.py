@@ -37,8 +37,6 @@ RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
 # (records.site_has_run; a replaced head's slurmctld waits for its saved state then).
 SITE_HAS_RUN = "site-has-run"
 EventSink = Callable[[dict[str, Any]], None]
-
-
 SHARD_KEY = "corectl_shard"  # added to the events of a fanned-out run: the shard they came from
 
 
