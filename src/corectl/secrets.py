@@ -190,6 +190,36 @@ def backup_public_key(site: Site) -> str:
 CEPH_KEYS = "corectl_cephfs_client_keys"
 CEPH_KEY = re.compile(r"^AQ[A-Za-z0-9+/]{36}==$")
 
+# What a compute node's own plays use (node-local runs, corectl.ansible.remote.nodelocal): of secrets.yml only
+# these names. The munge key travels too; the DB password, the backup key, Grafana's password, the alert
+# webhooks and the BMC credentials are the service nodes' or the control host's, never a compute node's.
+NODE_SECRETS = (CEPH_KEYS,)
+
+
+@dataclass(frozen=True)
+class NodeSecrets:
+    """A node-local job's secrets, vault-encrypted with a one-time password made for the run."""
+
+    password: str  # never written anywhere: it travels in each job's stream only
+    files: dict[str, bytes]  # name under inventory/site/secrets -> encrypted contents
+
+
+def node_secrets(site: Site, clients: list[str]) -> NodeSecrets:
+    """The munge key and the cephx keys of ``clients`` (the site's mounts), decrypted with the
+    vault password and encrypted again with a fresh one-time password."""
+    files = SecretFiles(site)
+    password = vault_password(files)
+    once = random.token_urlsafe(32)
+    vault = _vault(once.encode())
+    out = {files.munge_key.name: vault.encrypt(_decrypt(files, files.munge_key, password))}
+    values = read_values(site)
+    mine: dict[str, Any] = {}
+    for name in NODE_SECRETS:
+        if name in values:
+            mine[name] = {c: k for c, k in dict(values[name]).items() if c in clients}
+    out[files.variables.name] = vault.encrypt(yaml.safe_dump(mine, sort_keys=True).encode())
+    return NodeSecrets(once, out)
+
 
 def ceph_clients(site: Site) -> list[str]:
     """cephx client ids the site's CephFS mounts use (their keys come from the Ceph admins)."""

@@ -2568,6 +2568,119 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         corectl("render", *args)
 
 
+NODE_LOCAL = "node_local:\n  mode: 'on'\n  parallel: 4\n"
+
+
+def disk_holds(container: str, needles: dict[str, bytes]) -> list[str]:
+    """The files of ``container``'s own disk (and its tmpfs /dev/shm; not /proc, /sys or the CephFS mount) that
+    hold any of ``needles``."""
+    patterns = [arg for needle in needles.values() for arg in ("-e", needle.decode())]
+    look = ["grep", "-rlsF", *patterns, "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev",
+            "--exclude-dir=shared", "/", "/dev/shm"]  # fmt: skip
+    return docker_exec(container, *look, check=False).split()
+
+
+@pytest.mark.second_lab
+def test_node_local_runs_converge_a_blank_node_and_a_dead_node_fails_alone(lab: Path):
+    """Issue 30: with cluster.yml node_local on, the head's plays run from here and each DGX runs its own plays
+    against itself, its job streamed into `ansible-runner worker` on it. A blank dgx02 is made whole that way (both
+    nodes get the control host's ansible-core and ansible-runner in the same run); a second run changes nothing and
+    counts what a run from here counts; nothing of the jobs stays on the nodes and no node's disk holds a secret it
+    does not need; a node killed mid-run fails alone, named in the retry line; Ctrl-C stops every node's job."""
+    args = ["--inventory", str(lab)]
+    original = (lab / "cluster.yml").read_text()
+    nodes = {f"{P}dgx01": DGX1, f"{P}dgx02": DGX2}
+    try:
+        (lab / "cluster.yml").write_text(original + NODE_LOCAL)
+        # dgx02's machine is replaced by a blank one (no corectl key, no Ansible, nothing of the cluster)
+        before = slurmd_registered(f"{P}dgx02")
+        corectl("lab", "replace", f"{P}dgx02", *args)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("E2E_DGX_PASSWORD", (lab / ".lab" / f"{P}dgx02.password").read_text().strip())
+            login = ("--user", "dgxadmin", "--password-env", "E2E_DGX_PASSWORD", "--yes")
+            corectl("bootstrap", *args, f"{P}dgx02", *login)
+        docker_exec(DGX1, "rm", "-rf", "/var/lib/corectl-local")
+        first = corectl("provision", *args)
+        record = runs(lab)[-1]
+        assert record["status"] == "successful", first.stdout
+        assert [(s["name"], s["runner"], s["hosts"], s["status"]) for s in record["shards"]] == [
+            ("services", "control host", [f"{P}head01"], "successful"),
+            (f"{P}dgx01", f"{P}dgx01 (node-local)", [f"{P}dgx01"], "successful"),
+            (f"{P}dgx02", f"{P}dgx02 (node-local)", [f"{P}dgx02"], "successful"),
+        ], first.stdout
+        assert record["hosts"][f"{P}dgx02"]["changed"] > 50, record["hosts"]  # a blank machine, made whole
+        assert f"shard {P}dgx02 on runner {P}dgx02 (node-local): successful, 1 host" in first.stdout
+        stamp = docker_exec(DGX1, "cat", "/var/lib/corectl-local/stamp").strip()
+        assert len(stamp) == 16 and docker_exec(DGX2, "cat", "/var/lib/corectl-local/stamp").strip() == stamp
+        wait_for(lambda: slurmd_registered(f"{P}dgx02"), lambda started: started != before, 240)
+        wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda reason: reason == "idle|none", 240)
+        assert docker_exec(HEAD, "srun", f"--nodelist={P}dgx02", "hostname").strip() == f"{P}dgx02"
+
+        # the same result as a run from this host: nothing changed, the same tasks on each host (but for fact
+        # gathering: each node's own fact cache and this host's differ in age)
+        single = corectl("provision", *args, "--local")
+        reference = runs(lab)[-1]
+        assert "shards" not in reference, single.stdout
+        assert reference["status"] == "successful" and not any(h["changed"] for h in reference["hosts"].values())
+        single_dir = lab / ".runs" / sorted(p.parent.name for p in (lab / ".runs").glob("*/corectl.json"))[-1]
+        again = corectl("provision", *args)
+        record = runs(lab)[-1]
+        assert record["status"] == "successful" and len(record["shards"]) == 3, again.stdout
+        again_dir = lab / ".runs" / sorted(p.parent.name for p in (lab / ".runs").glob("*/corectl.json"))[-1]
+        counts = ("ok", "changed", "failed", "unreachable")
+        extra = {h: int(h in gathered(again_dir)) - int(h in gathered(single_dir)) for h in record["hosts"]}
+        assert {h: [s[k] - (extra[h] if k == "ok" else 0) for k in counts] for h, s in record["hosts"].items()} == {
+            h: [s[k] for k in counts] for h, s in reference["hosts"].items()
+        }, (record["hosts"], reference["hosts"], extra)
+
+        # nothing of the jobs stays on the nodes; no node's disk holds a secret its own plays do not use (the
+        # munge key and the CephFS key are its own; the vault password, the DB password, the BMC password, the
+        # node key and the bootstrap passwords are not)
+        for container in nodes.values():
+            assert wait_for(lambda c=container: jobs_on(c), lambda left: left == [], 30) == []
+        foreign = {k: v for k, v in secret_needles(lab).items() if not k.startswith(("munge key", "ceph key"))}
+        assert {"vault password", "db password", "bmc password", "node ssh key"} <= set(foreign)
+        for node, container in nodes.items():  # (a fresh machine's admin password is its own)
+            theirs = {k: v for k, v in foreign.items() if k != f"bootstrap password of {node}"}
+            assert disk_holds(container, theirs) == [], container
+
+        # dgx02 dies mid-run: its job fails alone, named, with how to retry just it
+        proc = start_provision(args)
+        fanned_run_started(lab, f"{P}dgx02/1", proc)
+        subprocess.run(["docker", "kill", DGX2], capture_output=True, check=True)
+        out, err = proc.communicate(timeout=600)
+        CONSOLE.append(out + err)
+        assert proc.returncode == 1, (out, err)
+        assert err.splitlines()[-1] == (
+            f"error: provision failed (unreachable: {P}dgx02); "
+            f"retry just those: corectl provision --inventory {lab} --limit {P}dgx02"
+        ), err
+        record = runs(lab)[-1]
+        status = {s["name"]: s["status"] for s in record["shards"]}
+        assert status == {"services": "successful", f"{P}dgx01": "successful", f"{P}dgx02": "error"}, record
+        assert record["hosts"][f"{P}dgx01"]["failed"] == 0 and record["hosts"][f"{P}dgx01"]["unreachable"] == 0
+        assert record["messages"][f"{P}dgx02"].startswith(f"runner {P}dgx02 (node-local): "), record["messages"]
+        before = slurmd_registered(f"{P}dgx02")
+        subprocess.run(["docker", "start", DGX2], capture_output=True, check=True)
+        wait_for(lambda: slurmd_registered(f"{P}dgx02"), lambda started: started != before, 240)
+        wait_for(lambda: slurm_reason(f"{P}dgx02"), lambda reason: reason == "idle|none", 240)
+
+        # Ctrl-C stops every node's job: nothing of them is left running or on disk on any node
+        proc = start_provision(args)
+        run_dir = fanned_run_started(lab, f"{P}dgx01/1", proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        CONSOLE.append(out + err)
+        assert proc.returncode == 130, (out, err)
+        assert "Traceback" not in err
+        assert json.loads((run_dir / "corectl.json").read_text())["status"] == "canceled"
+        for container in nodes.values():
+            assert wait_for(lambda c=container: jobs_on(c), lambda left: left == [], 30) == []
+    finally:
+        (lab / "cluster.yml").write_text(original)
+        corectl("render", *args)
+
+
 HEAD2 = f"corectl-{SITE}-{P}head02"
 
 
@@ -2794,10 +2907,8 @@ def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming
     assert docker_exec(container, "dpkg-query", "-W", "-f=${db:Status-Status}", "slurmd", check=False) != "installed"
 
 
-@pytest.mark.every_lab
-def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
-    """Last of the module (on each lab the suite runs on): every secret source, in everything the runs above left
-    behind."""
+def secret_needles(lab: Path) -> dict[str, bytes]:
+    """Every secret of the site (and the fresh machines' bootstrap passwords), as bytes to look for."""
     site = resolve_site(str(lab))
     files = secrets.SecretFiles(site)
     vault_password = secrets.vault_password(files)
@@ -2820,6 +2931,14 @@ def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
     needles |= {f"bootstrap password of {p.stem}": p.read_bytes().strip() for p in made}
     if "corectl_backup_ssh_key" in values:  # made by the backup host test
         needles["backup ssh key"] = values["corectl_backup_ssh_key"].splitlines()[4].encode()  # private bytes
+    return needles
+
+
+@pytest.mark.every_lab
+def test_no_secret_at_rest_in_runs_facts_or_console(lab: Path):
+    """Last of the module (on each lab the suite runs on): every secret source, in everything the runs above left
+    behind."""
+    needles = secret_needles(lab)
     assert needles["bmc password"] == (lab / ".lab" / "bmc.password").read_bytes().strip()
     kept = [p for d in (lab / ".runs", lab / ".facts") for p in d.rglob("*") if p.is_file()]
     assert len(kept) > 100

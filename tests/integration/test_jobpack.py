@@ -60,14 +60,16 @@ def probe_site(tmp_path: Path, root: Path) -> Site:
     return site
 
 
-def run_probe(tmp_path: Path, site: Site, request: RunRequest) -> tuple[str, int, list[dict], dict, Path]:
+def run_probe(
+    tmp_path: Path, site: Site, request: RunRequest, consume: bool = False
+) -> tuple[str, int, list[dict], dict, Path]:
     worker_dir = tmp_path / "worker-side" / "job"  # what the worker will unpack into
     runner = RunnerSide(remote_dir=PurePosixPath(worker_dir), fact_cache=PurePosixPath(tmp_path / "runner-facts"))
     kwargs = pack(request, tmp_path / "packed", "probe-1", runner, PASSWORD)
     worker = [str(Path(sys.executable).parent / "ansible-runner"), "worker", "--private-data-dir", str(worker_dir),
               "--delete"]  # fmt: skip
     events: list[dict[str, Any]] = []
-    done = run_streamed(kwargs, worker, tmp_path / "processed", events.append)
+    done = run_streamed(kwargs, worker, tmp_path / "processed", events.append, consume=consume)
     return done.status, done.rc, events, kwargs, worker_dir
 
 
@@ -113,9 +115,11 @@ def test_a_failing_packed_job_reports_its_hosts_and_leaves_nothing_on_the_worker
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     site = probe_site(tmp_path, root)
     request = RunRequest(site=site, playbook="probe.yml", command="probe", extravars={"probe_fail": True})
-    status, rc, events, _, worker_dir = run_probe(tmp_path, site, request)
+    status, rc, events, _, worker_dir = run_probe(tmp_path, site, request, consume=True)
 
     assert status == "failed" and rc != 0
+    # consume: the pack on this host went as soon as it was sent (transmit writes the password into its env/)
+    assert not (tmp_path / "packed").exists()
     failed = sorted(e["event_data"]["host"] for e in events if e["event"] == "runner_on_failed")
     assert failed == ["a", "b"]
     assert not worker_dir.exists()
@@ -132,3 +136,66 @@ def test_a_worker_that_never_runs_is_an_error_not_a_hang(tmp_path: Path, root: P
     assert (done.status, done.rc, done.worker_rc) == ("error", 1, 255)
     assert done.said == ["ssh: connect to host runner1 port 22: No route to host"]
     assert events == []
+
+
+def test_a_node_local_job_carries_only_that_nodes_secrets_under_a_one_time_password(
+    tmp_path: Path, root: Path, monkeypatch
+):
+    """Issue 30: what a node receives, decoded from the very stream `transmit` writes to its worker: its own
+    host_vars, the munge key and the cephx key of the site's mount, encrypted with the run's one-time password;
+    never the site's vault password, another node's host_vars or a secret of the service nodes or the control
+    host."""
+    import io
+
+    import ansible_runner
+    from ansible_runner.utils.streaming import unstream_dir
+
+    from corectl.ansible.remote.jobpack import NodeJob
+    from corectl.secrets import node_secrets
+
+    site = probe_site(tmp_path, root)
+    vault = VaultLib([("default", VaultSecret(PASSWORD.encode()))])
+    munge = os.urandom(1024)
+    (site.directory / "secrets" / "munge.key").write_bytes(vault.encrypt(munge))
+    values = {
+        "corectl_slurm_db_password": "db-password-0123456789abcdef",
+        "corectl_grafana_admin_password": "grafana-password-0123456789",
+        "corectl_bmc_credentials": {"user": "admin", "password": "bmc-password-0123456789"},
+        "corectl_cephfs_client_keys": {"corectl": "AQ" + "A" * 36 + "==", "other": "AQ" + "B" * 36 + "=="},
+    }
+    (site.directory / "secrets" / "secrets.yml").write_bytes(vault.encrypt(yaml.safe_dump(values).encode()))
+    (site.directory / "host_vars").mkdir()
+    (site.directory / "host_vars" / "a.yml").write_text("probe_mine: a\n")
+    (site.directory / "host_vars" / "b.yml").write_text("probe_not_mine: b-only-value\n")
+    monkeypatch.setenv("CORECTL_VAULT_PASSWORD", PASSWORD)
+    mine = node_secrets(site, ["corectl"])
+    remote = PurePosixPath("/dev/shm/corectl-job-x-a")
+    side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath("/var/lib/corectl-local/facts"))
+    request = RunRequest(site=site, playbook="probe.yml", limit="a", extravars={"ansible_connection": "local"})
+    kwargs = pack(request, tmp_path / "packed", "x", side, mine.password, NodeJob("a", mine.files))
+    with (tmp_path / "stream").open("wb") as stream:  # a file, as the worker's stdin pipe is one
+        ansible_runner.run(**kwargs, streamer="transmit", _output=stream)
+    first, second, rest = (tmp_path / "stream").read_bytes().split(b"\n", 2)
+    sent = json.loads(first)["kwargs"]
+    unpacked = tmp_path / "unpacked"
+    unstream_dir(io.BytesIO(rest), json.loads(second)["zipfile"], str(unpacked))
+
+    received = first + b"".join(p.read_bytes() for p in unpacked.rglob("*") if p.is_file())
+    never = [PASSWORD, "db-password-0123456789abcdef", "grafana-password-0123456789", "bmc-password-0123456789",
+             "AQ" + "B" * 36 + "==", "b-only-value"]  # fmt: skip
+    assert [needle for needle in never if needle.encode() in received] == []
+    secrets_dir = unpacked / "inventory" / "site" / "secrets"
+    assert sorted(p.name for p in secrets_dir.iterdir()) == ["munge.key", "secrets.yml"]
+    assert sorted(p.name for p in (unpacked / "inventory" / "site" / "host_vars").iterdir()) == ["a.yml"]
+    # what the node can read with the password it is given: the munge key and its mount's cephx key, nothing else
+    [once] = json.loads((unpacked / "env" / "passwords").read_text()).values()  # transmit sends it in env/
+    assert once == mine.password and once != PASSWORD
+    opened = VaultLib([("default", VaultSecret(once.encode()))])
+    assert opened.decrypt((secrets_dir / "munge.key").read_bytes()) == munge
+    assert munge not in received  # at rest in the job only encrypted
+    assert yaml.safe_load(opened.decrypt((secrets_dir / "secrets.yml").read_bytes())) == {
+        "corectl_cephfs_client_keys": {"corectl": "AQ" + "A" * 36 + "=="}
+    }
+    cmdline = (unpacked / "env" / "cmdline").read_text()
+    assert "--ask-vault-pass" in cmdline and "ansible_connection" in (unpacked / "env" / "extravars").read_text()
+    assert sent["limit"] == "a"

@@ -172,8 +172,10 @@ def test_the_cancel_command_names_the_job_but_not_itself():
 
 def test_a_job_checks_the_runner_stamp_before_the_worker_starts():
     control = _control()
-    command = runnerhost.worker_command(control, PurePosixPath("/dev/shm/corectl-job-x"), "0123abcd")
-    check, _, rest = command.partition("||")
+    command = runnerhost.worker_command(control.runner_dir, PurePosixPath("/dev/shm/corectl-job-x"), "0123abcd")
+    python, _, stamp = command.partition(f"exit {runnerhost.UNFIT_EXIT}; }}; ")
+    assert "python3 -c" in python
+    check, _, rest = stamp.partition("||")
     assert "cat /var/lib/corectl-runner/stamp" in check and "= 0123abcd" in check
     assert f"exit {runnerhost.STALE_EXIT}" in rest
     assert rest.strip().endswith("ansible-runner worker --private-data-dir /dev/shm/corectl-job-x --delete")

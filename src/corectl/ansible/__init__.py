@@ -5,11 +5,12 @@ them (`control.runners`) and the request allows it (`request.fan_out`), else fro
 Below it: `runner` (one local ansible-runner run, its events and run record), `guard` (the
 ansible-playbook that never outlives corectl), `progress` (live progress and summaries from the
 events), `records` (past runs read back), and `remote/` (shards, job packs, runner hosts, the
-fanned run).
+fanned run, node-local runs).
 """
 
 from __future__ import annotations
 
+from corectl.ansible.remote import nodelocal
 from corectl.ansible.remote.fanout import run_fanned
 from corectl.ansible.runner import (
     EventSink,
@@ -37,9 +38,12 @@ __all__ = [
 
 
 def run(request: RunRequest, sink: EventSink | None = None, *, cluster: Cluster | None = None) -> RunResult:
-    """Run ``request`` (``sink`` sees every event): over the runners or here, as it says."""
+    """Run ``request`` (``sink`` sees every event): node-local, over the runners or here, as it says."""
     if request.fan_out:
         cluster = cluster or load_cluster(request.site.directory)
+        nodes = nodelocal.chosen(request, cluster)
+        if nodes:
+            return nodelocal.run_node_local(request, cluster, nodes, sink)
         if cluster.config.control is not None:
             return run_fanned(request, cluster, sink)
     return run_playbook(request, sink=sink)

@@ -533,6 +533,25 @@ def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResul
     return _execute(request, build, sink)
 
 
+def run_part(request: RunRequest, artifact_dir: Path, ident: str, on_event: EventSink, cancel: Cancel) -> str:
+    """One part of a larger run, from this host as run_playbook runs it, with no run record of its own (a
+    node-local run's plays on the service nodes, corectl.ansible.remote.nodelocal): its ansible-runner
+    artifacts in ``artifact_dir``/``ident``, its events to ``on_event``; returns its status."""
+    import ansible_runner  # heavy import, only when a run happens
+
+    site = request.site
+    site.facts_dir.mkdir(parents=True, exist_ok=True)
+    site.known_hosts.touch(exist_ok=True)
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="corectl-run-")))
+        vault_file = stack.enter_context(vault_password_client(site, tmp)) if request.secrets else None
+        kwargs = runner_kwargs(request, tmp, ident, vault_file)
+        kwargs.update(artifact_dir=str(artifact_dir), rotate_artifacts=0)
+        with _runner_environ():
+            result = ansible_runner.run(**kwargs, event_handler=lambda e: on_event(e) or True, cancel_callback=cancel)
+    return "canceled" if cancel() else str(result.status)
+
+
 def run_standalone(
     playbook: Path, inventory: dict[str, Any], extravars: dict[str, Any], site: Site, command: str
 ) -> RunResult:

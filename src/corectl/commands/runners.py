@@ -53,7 +53,7 @@ def bootstrap_runners(site: Site, console: Console) -> None:
         shown = _learn_host_key(site, runner)
         if shown:
             console.print(f"runner {runner.name}: host key {shown} recorded in {site.known_hosts}", highlight=False)
-    script = runnerhost.install_script(control, digest)
+    script = runnerhost.install_script(control.runner_dir, digest)
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = pool.map(lambda r: runnerhost.run_on(site, r, key, script, data), control.runners)
         list(results)

@@ -449,6 +449,35 @@ class Control(Strict):
     worker_dir: AbsPath = Field("/dev/shm", description="tmpfs directory for each job's private directory")
 
 
+NODE_LOCAL_MODES = ("off", "on", "auto")
+
+
+class NodeLocal(Strict):
+    """Node-local runs (issue 30, docs/scale.md): each compute node runs its own plays of site.yml
+    against itself, its job sent by the control host through ansible-runner's worker."""
+
+    mode: Literal["off", "on", "auto"] = Field(
+        "off",
+        description="off: every run from the control host (or its runners); on: node-local for the compute "
+        "nodes of every site.yml run that includes the controller; auto: on when such a run reaches at least "
+        "auto_from compute nodes",
+    )
+    auto_from: int = Field(64, ge=1, le=1_000_000, description="compute nodes from which auto turns node-local on")
+    parallel: int = Field(32, ge=1, le=4096, description="node jobs running at once")
+    install_dir: AbsPath = Field(
+        "/var/lib/corectl-local", description="where each node keeps its private ansible-core and ansible-runner"
+    )
+    job_dir: AbsPath = Field("/dev/shm", description="tmpfs directory for each node job's private directory")
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: object) -> object:
+        """YAML 1.1 reads a bare off/on as false/true."""
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
+
+
 # systemd's OnCalendar: "daily", "hourly", "*-*-* 02:30:00", "Mon..Fri 03:00" (checked again by systemd-analyze
 # nowhere: a value systemd refuses leaves the timer inactive, which `corectl backup --list` shows as no new backup)
 CalendarSpec = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9*:.,/~ -]{1,100}$")]
@@ -521,6 +550,7 @@ class ClusterConfig(Strict):
     monitoring: Monitoring = Field(default_factory=Monitoring)
     health: Health = Field(default_factory=Health)
     control: Control | None = None
+    node_local: NodeLocal = Field(default_factory=NodeLocal)
     backup: Backup | None = None
     logs: Logs | None = None
 

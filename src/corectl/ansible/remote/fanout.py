@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from subprocess import DEVNULL, Popen, TimeoutExpired
+from subprocess import Popen
 from typing import Any
 
 from corectl import lock
@@ -167,9 +167,9 @@ def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutc
         pack_dir = Path(tmp) / "job"
         kwargs = pack(replace(request, limit=",".join(shard.hosts)), pack_dir, job.ident, side, job.password)
         _adapt(job, kwargs, pack_dir, remote)
-        command = runnerhost.worker_command(control, remote, job.digest)
+        command = runnerhost.worker_command(control.runner_dir, remote, job.digest)
         argv = runnerhost.ssh_argv(site, shard.runner, job.key.path, command)
-        done = run_streamed(kwargs, argv, shard_dir, on_event, on_start)
+        done = run_streamed(kwargs, argv, shard_dir, on_event, on_start, consume=True)
     with job.guard:
         job.active.pop(shard.name, None)
     elapsed = time.monotonic() - started
@@ -184,17 +184,8 @@ def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutc
 def _stop_all(job: _Job) -> None:
     """Close every shard's SSH and have its runner stop the job and remove the job's directory."""
     with job.guard:
-        active = list(job.active.values())
-    stoppers = []
-    for worker, remote, shard in active:
-        worker.kill()
-        argv = runnerhost.ssh_argv(job.site, shard.runner, job.key.path, runnerhost.cancel_command(remote))
-        stoppers.append(Popen(argv, stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL))
-    for stopper in stoppers:
-        try:
-            stopper.wait(timeout=30)
-        except TimeoutExpired:
-            stopper.kill()
+        active = [(worker, remote, shard.runner) for worker, remote, shard in job.active.values()]
+    runnerhost.stop_jobs(job.site, job.key.path, active)
 
 
 def _run_phase(job: _Job, request: RunRequest, phase: list[shards.Shard]) -> list[ShardOutcome]:
@@ -224,7 +215,7 @@ def _run_phase(job: _Job, request: RunRequest, phase: list[shards.Shard]) -> lis
     return [outcomes[shard.name] for shard in phase]
 
 
-def _host_results(tally: Tally, outcomes: list[ShardOutcome]) -> dict[str, HostStats]:
+def host_results(tally: Tally, outcomes: list[ShardOutcome]) -> dict[str, HostStats]:
     """Ansible's totals where a shard's playbook ended, else what its events showed; the hosts of
     a shard that broke off (and did not fail on their own) count as unreachable."""
     hosts = {**tally.hosts, **tally.finals}
@@ -267,7 +258,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
         job = _Job(site, cluster, control, ident, digest, password, key, on_event, cancel, accelerator)
         for phase in (1, 2):
             outcomes += _run_phase(job, request, [s for s in plan if s.phase == phase])
-    hosts = _host_results(tally, outcomes)
+    hosts = host_results(tally, outcomes)
     if cancel.requested.is_set():
         status, rc = "canceled", cancel.exit_code
     elif all(o.status == "successful" for o in outcomes):

@@ -10,11 +10,13 @@ is one private data directory that `transmit` streams to a runner host, where
                          group_vars/, host_vars/ and secrets/ (vault-encrypted, as at rest)
 
 Every path the job names is under ``remote_dir``, the directory the worker will unpack into
-(corectl chooses it; on tmpfs), never a path of the control host. The vault password travels in
-the stream only, answered to ``--ask-vault-pass`` from ansible-runner's ``passwords``. The
-worker writes those to env/passwords for the length of the job (a task of a job found the file
+(corectl chooses it; on tmpfs), never a path of the control host. The vault password is answered
+to ``--ask-vault-pass`` from ansible-runner's ``passwords``: `transmit` writes those to the pack's
+env/passwords (a 0700 temporary directory here, removed as soon as it is sent: ``consume``) and
+the worker to its own env/passwords for the length of the job (a task of a job found the file
 there; docs/scale.md), which is why ``remote_dir`` belongs on tmpfs and the worker runs with
-``--delete``.
+``--delete``. A node-local job (``node``) carries that node's own secrets under a one-time
+password instead (corectl.ansible.remote.nodelocal).
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ SITE_DIRS = ("group_vars", "host_vars", "secrets")
 
 
 @dataclass(frozen=True)
+class NodeJob:
+    """A node-local job's own part: the node it runs for and its secrets (file name under
+    inventory/site/secrets -> contents, vault-encrypted with the job's one-time password)."""
+
+    host: str
+    secrets: dict[str, bytes]
+
+
+@dataclass(frozen=True)
 class RunnerSide:
     """Where the job lives and what it uses on the runner host."""
 
@@ -57,11 +68,20 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, vault_password: str | None) -> dict:
+def pack(
+    request: RunRequest,
+    pack_dir: Path,
+    ident: str,
+    runner: RunnerSide,
+    vault_password: str | None,
+    node: NodeJob | None = None,
+) -> dict:
     """Fill ``pack_dir`` with the job of ``request``; return ansible-runner's kwargs for `transmit`.
 
     ``vault_password`` None: the job gets neither the password nor secrets.yml (as a run with
-    ``request.secrets`` False).
+    ``request.secrets`` False). ``node``: a node-local job (corectl.ansible.remote.nodelocal): of
+    the site's host_vars only that node's, no known_hosts, and instead of the site's secrets the
+    node's own, encrypted with ``vault_password`` (that run's one-time password).
     """
     site, remote = request.site, runner.remote_dir
     for part in PROJECT_PARTS:
@@ -70,8 +90,19 @@ def pack(request: RunRequest, pack_dir: Path, ident: str, runner: RunnerSide, va
     shared.mkdir(parents=True)
     (shared / "hosts.yml").write_text("all: {}\n", encoding="utf-8")
     _copy(site.root / "group_vars", shared / "group_vars")
-    for name in (*SITE_FILES, *SITE_DIRS):
-        _copy(site.directory / name, pack_dir / "inventory" / "site" / name)
+    site_dir = pack_dir / "inventory" / "site"
+    if node is None:
+        for name in (*SITE_FILES, *SITE_DIRS):
+            _copy(site.directory / name, site_dir / name)
+    else:
+        for name in (*SITE_FILES, *SITE_DIRS):
+            if name not in ("known_hosts", "host_vars", "secrets"):
+                _copy(site.directory / name, site_dir / name)
+        for name in (node.host, f"{node.host}.yml", f"{node.host}.yaml", f"{node.host}.json"):
+            _copy(site.directory / "host_vars" / name, site_dir / "host_vars" / name)
+        for name, data in node.secrets.items():
+            (site_dir / "secrets").mkdir(mode=0o700, parents=True, exist_ok=True)
+            (site_dir / "secrets" / name).write_bytes(data)
 
     local_site, remote_site = pack_dir / "inventory" / "site", remote / "inventory" / "site"
     settings = site.site_file.relative_to(site.directory)
@@ -125,13 +156,15 @@ def run_streamed(
     work_dir: Path,
     on_event: Callable[[dict[str, Any]], Any],
     on_start: Callable[[subprocess.Popen[bytes]], Any] | None = None,
+    consume: bool = False,
 ) -> Streamed:
     """Run a packed job through a worker and follow it to its end.
 
     `transmit` writes straight into the worker's stdin (the stream holds the vault password, so
     it never touches the control host's disk); `process` reads the worker's stdout as it comes,
     so ``on_event`` sees each event live. ``worker_argv`` starts `ansible-runner worker`: here,
-    or on a runner host through SSH. ``on_start`` gets the worker process (to stop it).
+    or on a runner host through SSH. ``on_start`` gets the worker process (to stop it). ``consume``:
+    remove the pack as soon as it is sent (transmit writes the job's passwords into its env/).
     """
     import ansible_runner  # heavy import, only when a run happens
 
@@ -149,6 +182,8 @@ def run_streamed(
         finally:
             with contextlib.suppress(BrokenPipeError):
                 worker.stdin.close()
+            if consume:
+                shutil.rmtree(kwargs["private_data_dir"], ignore_errors=True)
 
     def listen(stream: IO[bytes]) -> None:
         for line in stream:

@@ -21,13 +21,14 @@ import tarfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path, PurePosixPath
+from subprocess import DEVNULL, Popen, TimeoutExpired
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from corectl.errors import CorectlError
 from corectl.site import Site
-from corectl.site.model import Control, RunnerHost
+from corectl.site.model import RunnerHost
 
 TOP_PACKAGES = ("ansible-runner", "ansible-core")
 ACCELERATOR_PACKAGE = "mitogen"  # its ansible_mitogen package holds the strategy plugin
@@ -36,6 +37,7 @@ COLLECTIONS = ("ansible.posix", "community.general", "community.mysql")
 ENTRY_POINTS = ("ansible-runner", "ansible-playbook")
 PLAIN_PATH = re.compile(r"^[A-Za-z0-9._/@+-]+$")
 STALE_EXIT = 97  # the worker's exit when the runner's stamp is not the control host's
+UNFIT_EXIT = 98  # the worker's exit when python3 there is not the control host's minor version
 CONNECT_TIMEOUT = 10
 
 
@@ -148,27 +150,39 @@ def payload(runner_dir: PurePosixPath) -> bytes:
     return buffer.getvalue()
 
 
-def install_script(control: Control, digest: str) -> str:
-    """Run on the runner (sh, the payload on stdin): unpack beside the old install, swap, stamp."""
-    d = shlex.quote(control.runner_dir)
+def _python_check(what: str, code: int) -> str:
+    """sh: exit ``code`` unless python3 there is the control host's minor version (the payload's
+    compiled modules are built for it)."""
     major, minor = sys.version_info.major, sys.version_info.minor
     return (
+        f"python3 -c 'import sys; sys.exit(sys.version_info[:2] != ({major}, {minor}))' 2>/dev/null "
+        f"|| {{ echo 'python3 on this {what} is not {major}.{minor}, the control host'\"'\"'s' >&2; exit {code}; }}; "
+    )
+
+
+def install_script(runner_dir: str, digest: str, what: str = "runner") -> str:
+    """Run on the runner or node (sh, the payload on stdin): unpack beside the old install, swap, stamp.
+    A runner needs ssh-agent (its jobs reach the nodes with the site key); a node runs against itself."""
+    d = shlex.quote(runner_dir)
+    agent = "command -v ssh-agent >/dev/null || { echo 'ssh-agent missing (install openssh-client)' >&2; exit 3; }; "
+    return (
         "set -eu; umask 022; "
-        f"python3 -c 'import sys; sys.exit(sys.version_info[:2] != ({major}, {minor}))' "
-        f"|| {{ echo 'python3 on this runner is not {major}.{minor}, the control host'\"'\"'s' >&2; exit 3; }}; "
-        "command -v ssh-agent >/dev/null || { echo 'ssh-agent missing (install openssh-client)' >&2; exit 3; }; "
-        f"mkdir -p {d}; rm -f {d}/stamp; rm -rf {d}/new; mkdir {d}/new; tar -xzf - -C {d}/new; "
+        + _python_check(what, UNFIT_EXIT)
+        + (agent if what == "runner" else "")
+        + f"mkdir -p {d}; rm -f {d}/stamp; rm -rf {d}/new; mkdir {d}/new; tar -xzf - -C {d}/new; "
         f"rm -rf {d}/lib {d}/bin; mv {d}/new/lib {d}/lib; mv {d}/new/bin {d}/bin; rmdir {d}/new; "
         f"mkdir -p -m 0700 {d}/facts; echo {digest} > {d}/stamp"
     )
 
 
-def worker_command(control: Control, remote_dir: PurePosixPath, digest: str) -> str:
-    """The remote command of one job: refuse a stale runner, else `ansible-runner worker --delete`."""
-    d = shlex.quote(control.runner_dir)
+def worker_command(runner_dir: str, remote_dir: PurePosixPath, digest: str, what: str = "runner") -> str:
+    """The remote command of one job: refuse a host whose python3 cannot run the payload
+    (UNFIT_EXIT) or whose install is not the control host's (STALE_EXIT), else
+    `ansible-runner worker --delete`."""
+    d = shlex.quote(runner_dir)
     return (
-        f'umask 077; test "$(cat {d}/stamp 2>/dev/null)" = {digest} || '
-        f"{{ echo 'runner is not at the control host'\"'\"'s versions: run corectl runners bootstrap' >&2; "
+        "umask 077; " + _python_check(what, UNFIT_EXIT) + f'test "$(cat {d}/stamp 2>/dev/null)" = {digest} || '
+        f"{{ echo '{what} is not at the control host'\"'\"'s versions: run corectl runners bootstrap' >&2; "
         f"exit {STALE_EXIT}; }}; "
         f"PATH={d}/bin:$PATH exec ansible-runner worker --private-data-dir {shlex.quote(str(remote_dir))} --delete"
     )
@@ -208,3 +222,17 @@ def run_on(site: Site, runner: RunnerHost, key: Path | None, command: str, data:
         said = proc.stderr.decode(errors="replace").strip().splitlines()
         raise CorectlError(f"runner {runner.name} ({runner.host}): {said[-1] if said else f'exit {proc.returncode}'}")
     return proc.stdout.decode(errors="replace")
+
+
+def stop_jobs(site: Site, key: Path | None, jobs: list[tuple[Popen[bytes], PurePosixPath, RunnerHost]]) -> None:
+    """Close each job's SSH and have its host stop the job and remove the job's directory."""
+    stoppers = []
+    for worker, remote, host in jobs:
+        worker.kill()
+        argv = ssh_argv(site, host, key, cancel_command(remote))
+        stoppers.append(Popen(argv, stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL))
+    for stopper in stoppers:
+        try:
+            stopper.wait(timeout=30)
+        except TimeoutExpired:
+            stopper.kill()

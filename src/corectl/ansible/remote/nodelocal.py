@@ -1,0 +1,264 @@
+"""Node-local runs (cluster.yml `node_local:`, issue 30, docs/scale.md): each compute node runs its
+own plays of site.yml against itself.
+
+A run of site.yml that includes the controller becomes, when node_local chooses it:
+
+1. ``services``: every targeted node with a service role (controller, dbd, login, monitoring),
+   run from this host as any run (vault password through corectl's socket, Mitogen if chosen).
+   Its events also give the controller's read of its Slurm version, which the nodes' version
+   check needs and cannot read themselves.
+2. each compute node, ``parallel`` at a time: its job packed (corectl.ansible.remote.jobpack,
+   with only its own host_vars and its own secrets) and streamed over SSH into
+   `ansible-runner worker` on the node, whose ansible-playbook runs the same site.yml limited to
+   the node with a local connection. The node's secrets (the munge key and the cephx keys of the
+   site's mounts) are encrypted with a one-time password made for this run, which travels in the
+   stream only; the site's vault password never leaves this host. The job lives on tmpfs
+   (``job_dir``) and the worker removes it when it ends; Ctrl-C removes it too.
+   A node without the control host's ansible-core and ansible-runner (STALE_EXIT) gets them
+   (runnerhost.payload into ``install_dir``) and its job again.
+3. ``control-host``: the nodes that cannot run their own job (python3 of another minor version:
+   UNFIT_EXIT) run from this host as today.
+
+One live progress (events tagged with their shard), one run record with every shard; a node that
+dies mid-run fails alone (unreachable, with the reason) and the usual retry line names it.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from subprocess import Popen
+from typing import Any
+
+from corectl import lock
+from corectl.ansible.remote import runnerhost
+from corectl.ansible.remote.fanout import host_results, targets
+from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, pack, run_streamed
+from corectl.ansible.remote.shards import SERVICE_ROLES
+from corectl.ansible.runner import (
+    SHARD_KEY,
+    Cancel,
+    EventSink,
+    RunRequest,
+    RunResult,
+    ShardOutcome,
+    Tally,
+    new_ident,
+    prune_runs,
+    record,
+    run_part,
+)
+from corectl.bootstrap import key_path
+from corectl.errors import CorectlError
+from corectl.secrets import NodeSecrets, ceph_clients, node_secrets
+from corectl.site.model import Cluster, Node, NodeLocal, RunnerHost
+
+CONTROL_HOST = "control host"
+SERVICES = "services"
+FALLBACK = "control-host"
+# roles/slurm/tasks/versions.yml: the controller's result of this task is what each node's check compares with
+VERSION_READ_TASK = "Read the Slurm versions the node has or would install"
+
+
+def chosen(request: RunRequest, cluster: Cluster) -> list[str]:
+    """The compute nodes this run runs node-local; [] for a run from this host (or its runners)."""
+    settings = cluster.config.node_local
+    if settings.mode == "off" or request.playbook != "site.yml" or not request.fan_out:
+        return []
+    reached = set(targets(request.site, request.limit))
+    if _controller(cluster) not in reached:
+        return []  # the nodes' version check needs the controller's read of this run
+    nodes = [n.name for n in cluster.nodes if n.name in reached and not SERVICE_ROLES.intersection(n.roles)]
+    if settings.mode == "auto" and len(nodes) < settings.auto_from:
+        return []
+    return nodes
+
+
+def _controller(cluster: Cluster) -> str:
+    return next(n.name for n in cluster.nodes if "slurm_controller" in n.roles)
+
+
+@functools.cache
+def _payload(install_dir: str) -> bytes:
+    return runnerhost.payload(PurePosixPath(install_dir))
+
+
+def _endpoint(node: Node) -> RunnerHost:
+    """The node as an SSH endpoint, the way the control host reaches it (no validation: it is the inventory's)."""
+    return RunnerHost.model_construct(name=node.name, host=node.ssh_host, port=node.ssh_port, user=node.ssh_user)
+
+
+@dataclass
+class _Run:
+    request: RunRequest
+    settings: NodeLocal
+    ident: str
+    run_dir: Path
+    key: Path
+    digest: str
+    secrets: NodeSecrets | None
+    policy: str
+    sink: EventSink
+    cancel: Cancel
+    active: dict[str, tuple[Popen[bytes], PurePosixPath, RunnerHost]] = field(default_factory=dict)
+    guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def tagged(self, shard: str) -> EventSink:
+        def on_event(event: dict[str, Any]) -> None:
+            event[SHARD_KEY] = shard
+            with self.guard:
+                self.sink(event)
+
+        return on_event
+
+
+def _job(run: _Run, node: Node, attempt: int) -> Streamed:
+    """One node's job, streamed to its worker over SSH, followed to its end."""
+    remote = PurePosixPath(run.settings.job_dir) / f"corectl-job-{run.ident}-{node.name}"
+    side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath(run.settings.install_dir) / "facts")
+    extravars = {**run.request.extravars, "ansible_connection": "local"}
+    if run.policy:
+        extravars["slurm_versions_controller_policy"] = run.policy
+    request = replace(run.request, limit=node.name, extravars=extravars)
+    host = _endpoint(node)
+    work_dir = run.run_dir / "shards" / node.name / str(attempt)
+    work_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_start(worker: Popen[bytes]) -> None:
+        with run.guard:
+            run.active[node.name] = (worker, remote, host)
+
+    with tempfile.TemporaryDirectory(prefix="corectl-pack-") as tmp:
+        mine = NodeJob(node.name, run.secrets.files) if run.secrets else NodeJob(node.name, {})
+        password = run.secrets.password if run.secrets else None
+        kwargs = pack(request, Path(tmp) / "job", run.ident, side, password, mine)
+        command = runnerhost.worker_command(run.settings.install_dir, remote, run.digest, "node")
+        argv = runnerhost.ssh_argv(run.request.site, host, run.key, command)
+        done = run_streamed(kwargs, argv, work_dir, run.tagged(node.name), on_start, consume=True)
+    with run.guard:
+        run.active.pop(node.name, None)
+    return done
+
+
+def _install(run: _Run, node: Node) -> str:
+    """Put the control host's ansible-core and ansible-runner on the node; '' or why not."""
+    script = runnerhost.install_script(run.settings.install_dir, run.digest, "node")
+    try:
+        runnerhost.run_on(run.request.site, _endpoint(node), run.key, script, _payload(run.settings.install_dir))
+    except CorectlError as exc:
+        return str(exc)
+    return ""
+
+
+def _node(run: _Run, node: Node) -> tuple[ShardOutcome, bool]:
+    """A node's shard and whether it must run from the control host instead (its python3 cannot run the payload)."""
+    started, runner = time.monotonic(), f"{node.name} (node-local)"
+
+    def outcome(status: str, error: str = "") -> ShardOutcome:
+        return ShardOutcome(node.name, runner, [node.name], status, time.monotonic() - started, error)
+
+    if run.cancel():
+        return outcome("canceled", "not started"), False
+    done = _job(run, node, 1)
+    if done.worker_rc == runnerhost.STALE_EXIT and not run.cancel():
+        why = _install(run, node)
+        if why:
+            return outcome("error", why), False
+        done = _job(run, node, 2)
+    if done.worker_rc == runnerhost.UNFIT_EXIT:
+        return outcome("unfit", done.said[-1] if done.said else "python3 is not the control host's"), True
+    if run.cancel():
+        return outcome("canceled", "canceled"), False
+    error = ""
+    if done.status not in ("successful", "failed"):
+        error = done.said[-1] if done.said else f"worker exit {done.worker_rc}"
+    return outcome(done.status, error), False
+
+
+def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]:
+    """Every node's job, ``parallel`` at a time; Ctrl-C stops them all and removes their directories."""
+    with ThreadPoolExecutor(max_workers=run.settings.parallel, thread_name_prefix="node-local") as pool:
+        futures = [pool.submit(_node, run, node) for node in nodes]
+        stopped = False
+        while not all(f.done() for f in futures):
+            time.sleep(0.2)
+            if run.cancel() and not stopped:
+                stopped = True
+                with run.guard:
+                    active = list(run.active.values())
+                runnerhost.stop_jobs(run.request.site, run.key, active)
+        results = []
+        for node, future in zip(nodes, futures, strict=True):
+            try:
+                results.append(future.result())
+            except (OSError, CorectlError) as exc:  # packing or starting the job here failed
+                results.append((_not_started([node.name], str(exc), "error")[0], False))
+    return [o for o, _ in results], [o.name for o, back in results if back]
+
+
+def _here(run: _Run, name: str, hosts: list[str], on_event: EventSink) -> ShardOutcome:
+    started = time.monotonic()
+    request = replace(run.request, limit=",".join(hosts))
+    status = run_part(request, run.run_dir / "shards", name, on_event, run.cancel)
+    return ShardOutcome(name, CONTROL_HOST, hosts, status, time.monotonic() - started)
+
+
+def _not_started(nodes: list[str], why: str, status: str = "not started") -> list[ShardOutcome]:
+    return [ShardOutcome(n, f"{n} (node-local)", [n], status, 0.0, why) for n in nodes]
+
+
+def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink: EventSink | None = None) -> RunResult:
+    """Run ``request``: the service nodes from here, then ``nodes`` each against itself; one result, one record."""
+    site, settings = request.site, cluster.config.node_local
+    by_name = {n.name: n for n in cluster.nodes}
+    services = [t for t in targets(site, request.limit) if t not in set(nodes)]
+    key = key_path(site, cluster, "node-local jobs reach the nodes with that key")
+    secrets = node_secrets(site, ceph_clients(site)) if request.secrets else None
+    site.runs_dir.mkdir(parents=True, exist_ok=True)
+    ident = new_ident()
+    run_dir = site.runs_dir / ident
+    run_dir.mkdir()
+    lock.note_run(run_dir)
+    tally = Tally()
+    controller = _controller(cluster)
+    policy: list[str] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        tally(event)
+        data = event.get("event_data") or {}
+        read = data.get("host") == controller and data.get("task") == VERSION_READ_TASK
+        if event.get("event") == "runner_on_ok" and read:
+            policy.append(str((data.get("res") or {}).get("stdout", "")))
+        if sink is not None:
+            sink(event)
+
+    started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    outcomes: list[ShardOutcome] = []
+    with Cancel() as cancel:
+        run = _Run(request, settings, ident, run_dir, key, runnerhost.stamp(), secrets, "", on_event, cancel)
+        outcomes.append(_here(run, SERVICES, services, run.tagged(SERVICES)))
+        if outcomes[0].status != "successful":
+            outcomes += _not_started(nodes, f"the service nodes' part of the run ended {outcomes[0].status}")
+        else:
+            run.policy = policy[-1] if policy else ""
+            done, back = _nodes(run, [by_name[n] for n in nodes])
+            outcomes += done
+            if back and not cancel():
+                outcomes.append(_here(run, FALLBACK, back, run.tagged(FALLBACK)))
+    hosts = host_results(tally, [o for o in outcomes if o.status != "unfit"])
+    if cancel.requested.is_set():
+        status, rc = "canceled", cancel.exit_code
+    elif all(o.status in ("successful", "unfit") for o in outcomes):
+        status, rc = "successful", 0
+    else:
+        status, rc = "failed", 2
+    result = RunResult(status, rc, hosts, run_dir, time.monotonic() - started, tally.messages, tally.tasks, outcomes)
+    record(request, result, started_at)
+    prune_runs(site.runs_dir)
+    return result
