@@ -7,14 +7,18 @@ Every figure is printed beside a baseline measured in the same run (these machin
   full     a full provision of a fresh bench lab (head + --full-dgx DGX, 2 by default), with its
            ten slowest tasks; that lab is removed before the no-op series starts.
   noop     no-op provision of the converged lab at each size in --sizes (DGX stand-ins + head):
-           corectl's default, corectl with CORECTL_ACCELERATOR=mitogen, and the same playbook
-           and inventory run by plain ansible-playbook with Ansible's stock settings (no
-           pipelining, forks 5, no fact cache); wall time, controller CPU, the slope per added
-           node and each variant's ratio to stock.
+           corectl's default, corectl with CORECTL_ACCELERATOR=mitogen, the run fanned out over
+           two runner stand-ins (cluster.yml control, Mitogen on the runners), node-local runs
+           (cluster.yml node_local: each DGX runs its own plays), and the same playbook and
+           inventory run by plain ansible-playbook with Ansible's stock settings (no pipelining,
+           forks 5, no fact cache); wall time, control-host CPU, the slope per added node and each
+           variant's ratio to stock. The runners' and the nodes' own CPU is not the control
+           host's and is not counted (on this machine they share its cores: wall times here are
+           those of one machine doing everything).
   addnode  wall time and hosts touched by add-node beside 1 and beside 4 existing DGX.
 
 With two or more no-op sizes the report also projects each variant's controller CPU per added
-DGX to 128, 1,024 and 12,288 nodes.
+DGX to 128, 1,024 and 12,288 nodes, and the node-local no-op's wall time from one control host.
 
     .venv/bin/python bench/fleet.py [--sizes 1,2,4,8] [--full-dgx 2] [--only render,full,noop,addnode] [--keep]
 
@@ -67,6 +71,7 @@ class Sample:
     cpu: float  # user + system seconds of the command and every child it waited for
     rss_mb: float
     output: str
+    record: dict[str, Any] | None = None  # the run record of a provision, where the bench reads it
 
 
 def measure(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> Sample:
@@ -215,23 +220,66 @@ def stock_noop(tmp: Path) -> Sample:
     return sample
 
 
-VARIANTS = ("stock", "corectl", "mitogen")
+VARIANTS = ("stock", "corectl", "mitogen", "runners", "nodelocal")
+NODE_LOCAL = "node_local:\n  mode: 'on'\n  parallel: 32\n"
+SECTIONS: dict[str, str] = {}  # cluster.yml's sections that only some variants run with (see lab_up)
+
+
+def top_sections(text: str) -> dict[str, str]:
+    """cluster.yml's top-level sections, by key, each with its lines (the lab writes plain block YAML)."""
+    sections: dict[str, str] = {}
+    key = ""
+    for line in text.splitlines(keepends=True):
+        if line[:1] not in (" ", "-", "#", "\n", "") and ":" in line:
+            key = line.split(":", 1)[0]
+        sections[key] = sections.get(key, "") + line
+    return sections
+
+
+def with_sections(*extra: str) -> None:
+    """cluster.yml as the lab wrote it but for the control section, plus ``extra`` text."""
+    sections = top_sections(SITE.joinpath("cluster.yml").read_text())
+    kept = {k: v for k, v in sections.items() if k not in ("control", "node_local")}
+    SITE.joinpath("cluster.yml").write_text("".join(kept.values()) + "".join(extra))
+
+
+def provision_as(variant: str) -> Sample:
+    """A no-op of ``variant`` (the cluster.yml it needs in place only for it); refused if it changed anything."""
+    env = {"CORECTL_ACCELERATOR": "none" if variant == "corectl" else "mitogen"}
+    with_sections(SECTIONS["control"] if variant == "runners" else "", NODE_LOCAL if variant == "nodelocal" else "")
+    try:
+        sample = corectl("provision", env=env)
+    finally:
+        with_sections()
+    record = last_run()
+    if record.get("status") != "successful" or any(changed_hosts(record).values()):
+        said = f"{record.get('status')}, {changed_hosts(record)}"
+        raise SystemExit(f"bench: the {variant} no-op did not pass unchanged: {said}")
+    shards = record.get("shards") or []
+    if variant in ("runners", "nodelocal") and len(shards) < 2:
+        raise SystemExit(f"bench: the {variant} no-op ran without its shards: {shards}")
+    sample.record = record
+    return sample
 
 
 def noop(tmp: Path, dgx: int) -> dict[str, Any]:
-    """One no-op of each variant, in rotating order (drift in machine load hits each alike)."""
+    """One no-op of each variant, in rotating order (drift in machine load hits each alike). Node-local runs
+    once before (a node added since gets the control host's Ansible in it: not the steady state)."""
     row: dict[str, Any] = {"dgx": dgx}
-    order = VARIANTS[dgx % 3 :] + VARIANTS[: dgx % 3]
+    provision_as("nodelocal")
+    order = VARIANTS[dgx % len(VARIANTS) :] + VARIANTS[: dgx % len(VARIANTS)]
     for variant in order:
-        if variant == "stock":
-            sample = stock_noop(tmp)
-        else:
-            sample = corectl("provision", env={"CORECTL_ACCELERATOR": "mitogen" if variant == "mitogen" else "none"})
-            changed = changed_hosts(last_run())
-            if any(changed.values()):
-                raise SystemExit(f"bench: the {variant} no-op changed something: {changed}")
+        sample = stock_noop(tmp) if variant == "stock" else provision_as(variant)
         row[variant] = {"wall_s": round(sample.wall, 1), "cpu_s": round(sample.cpu, 1)}
-        print(f"  {dgx} DGX  {variant:8s} {sample.wall:6.1f} s wall  {sample.cpu:6.1f} s controller CPU", flush=True)
+        if variant == "nodelocal":
+            shards = sample.record["shards"]
+            nodes = [s["elapsed"] for s in shards if s["name"] != "services"]
+            row[variant] |= {
+                "corectl_cpu_s": sample.record.get("control_cpu_s", {}).get("corectl"),
+                "services_s": round(next(s["elapsed"] for s in shards if s["name"] == "services"), 1),
+                "node_job_s": round(sorted(nodes)[len(nodes) // 2], 1),
+            }
+        print(f"  {dgx} DGX  {variant:9s} {sample.wall:6.1f} s wall  {sample.cpu:6.1f} s controller CPU", flush=True)
     return row
 
 
@@ -256,13 +304,17 @@ def grow(to: int, now: int) -> list[dict[str, Any]]:
 
 
 def lab_up(dgx: int) -> None:
-    """A fresh bench lab of the head and ``dgx`` DGX stand-ins (whatever was there is removed)."""
+    """A fresh bench lab of the head, ``dgx`` DGX stand-ins and two runner stand-ins (whatever was there is
+    removed). Its control section (the runners) is kept aside: only the runners variant runs with it."""
     SITE.parent.mkdir(parents=True, exist_ok=True)
     measure([CORECTL, "lab", "down", "--inventory", str(SITE)])
     corectl(
         "lab", "up", "--nodes", str(dgx), "--subnet", SUBNET, "--ssh-port-base", str(PORT_BASE),
-        "--prefix", PREFIX, "--no-ceph",
+        "--prefix", PREFIX, "--no-ceph", "--runners", "2",
     )  # fmt: skip
+    SECTIONS["control"] = top_sections(SITE.joinpath("cluster.yml").read_text())["control"]
+    corectl("runners", "bootstrap")
+    with_sections()
 
 
 def bench_full(dgx: int) -> dict[str, Any]:
@@ -342,14 +394,11 @@ def report(results: dict[str, Any]) -> str:
         ]
         lines += [f"  {t:6.1f} s  {n}" for t, n in full["slowest"]]
     if results.get("noop"):
-        lines += ["", "no-op provision   " + "".join(f"{v:>22s}" for v in VARIANTS) + "   corectl/stock  mitogen/stock"]
+        lines += ["", "no-op provision   " + "".join(f"{v:>22s}" for v in VARIANTS) + "   control-host CPU vs stock"]
         for row in results["noop"]:
             cells = "".join(f"{row[v]['wall_s']:8.1f} s ({row[v]['cpu_s']:5.1f} cpu)" for v in VARIANTS)
-            lines.append(
-                f"  head + {row['dgx']} DGX   {cells}   "
-                f"x{row['stock']['wall_s'] / row['corectl']['wall_s']:5.2f} faster  "
-                f"x{row['stock']['wall_s'] / row['mitogen']['wall_s']:5.2f} faster"
-            )
+            ratios = " ".join(f"{v} x{row[v]['cpu_s'] / row['stock']['cpu_s']:.2f}" for v in VARIANTS[1:])
+            lines.append(f"  head + {row['dgx']} DGX   {cells}   {ratios}")
         for variant in VARIANTS if len(results["noop"]) > 1 else ():  # a slope needs two sizes
             per = slope([(row["dgx"], row[variant]["wall_s"]) for row in results["noop"]])
             lines.append(f"  {variant}: {per:.1f} s wall per added DGX")
@@ -392,7 +441,34 @@ def projection(rows: list[dict[str, Any]]) -> list[str]:
     for variant in VARIANTS:
         per = slope([(row["dgx"], row[variant]["cpu_s"]) for row in rows])
         cells = "".join(f"{duration(per * n):>12s} ({duration(per * n / PROJECT_CORES):>7s})" for n in PROJECT_NODES)
-        lines.append(f"  {variant:8s} {per:5.1f} CPU-s{cells}")
+        lines.append(f"  {variant:9s} {per:5.2f} CPU-s{cells}")
+    return lines + node_local_wall(rows)
+
+
+def node_local_wall(rows: list[dict[str, Any]]) -> list[str]:
+    """A node-local no-op's wall time from one control host: the service nodes' plays, then the node jobs
+    ``parallel`` at a time (32, the default, and every node at once), unless the control host's CPU is slower:
+    corectl's own process (one core: its threads share Python's lock) or all of its work over PROJECT_CORES
+    cores."""
+    last = rows[-1]["nodelocal"]
+    if last.get("corectl_cpu_s") is None:
+        return []
+    own = slope([(row["dgx"], row["nodelocal"]["corectl_cpu_s"]) for row in rows])
+    total = slope([(row["dgx"], row["nodelocal"]["cpu_s"]) for row in rows])
+    lines = [
+        "",
+        f"node-local no-op, wall time from one {PROJECT_CORES}-core control host (services {last['services_s']} s, "
+        f"a node's job {last['node_job_s']} s; corectl's own {own:.3f} CPU-s per DGX on one core, {total:.3f} "
+        "CPU-s per DGX in all), with node_local.parallel 32 | every node at once:",
+    ]
+    for n in PROJECT_NODES:
+        cells = []
+        for parallel in (32, n):
+            jobs = last["services_s"] + -(-n // parallel) * last["node_job_s"]
+            bound = max(jobs, own * n, total * n / PROJECT_CORES)
+            why = "node jobs" if bound == jobs else "corectl's one core" if bound == own * n else "control-host CPU"
+            cells.append(f"{duration(bound)} (bound by {why})")
+        lines.append(f"  {n:>6,d} nodes: {' | '.join(cells)}")
     return lines
 
 

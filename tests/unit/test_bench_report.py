@@ -16,22 +16,33 @@ import fleet
 
 
 def noop_rows() -> list[dict]:
-    """Controller CPU grows by 5, 3 and 2 CPU-seconds per DGX for stock, corectl and mitogen."""
-    per = {"stock": 5.0, "corectl": 3.0, "mitogen": 2.0}
-    return [
+    """Controller CPU grows by 5, 3, 2, 1 and 0.2 CPU-seconds per DGX for stock, corectl, mitogen, runners and
+    node-local; corectl's own process by 0.05 of node-local's."""
+    per = {"stock": 5.0, "corectl": 3.0, "mitogen": 2.0, "runners": 1.0, "nodelocal": 0.2}
+    rows = [
         {"dgx": dgx, **{v: {"wall_s": 10.0 + 2 * k * dgx, "cpu_s": 4.0 + k * dgx} for v, k in per.items()}}
         for dgx in (1, 2, 4, 8)
     ]
+    for row in rows:
+        row["nodelocal"] |= {"corectl_cpu_s": 1.0 + 0.05 * row["dgx"], "services_s": 60.0, "node_job_s": 40.0}
+    return rows
 
 
 def test_projection_is_the_cpu_slope_times_the_node_count():
     lines = fleet.projection(noop_rows())
     mitogen = next(line for line in lines if line.strip().startswith("mitogen"))
     # 2 CPU-s per DGX: 128 nodes 256 s (4 min), 1,024 nodes 2,048 s (34 min), 12,288 nodes 6.8 h
-    assert mitogen.split()[1:3] == ["2.0", "CPU-s"]
+    assert mitogen.split()[1:3] == ["2.00", "CPU-s"]
     assert "4 min" in mitogen and "34 min" in mitogen and "6.8 h" in mitogen
     stock = next(line for line in lines if line.strip().startswith("stock"))
-    assert stock.split()[1] == "5.0"
+    assert stock.split()[1] == "5.00"
+    # node-local's wall time: 60 s of services, then 40 s per round of 32 nodes (or one round of all), unless the
+    # control host is slower. 1,024 nodes: 60 + 32 x 40 = 1,340 s (22 min) | 100 s, more than 1,024 x 0.05 = 51 s
+    # on corectl's one core. 12,288 nodes: 60 + 384 x 40 = 15,420 s (4.3 h) | 12,288 x 0.05 = 614 s (10 min) on
+    # corectl's one core, more than 100 s of jobs and 12,288 x 0.2 / 16 = 154 s of all its CPU over 16 cores
+    wall = {line.split(":")[0].strip(): line.split(":", 1)[1].strip() for line in lines if " nodes: " in line}
+    assert wall["1,024 nodes"] == "22 min (bound by node jobs) | 100 s (bound by node jobs)"
+    assert wall["12,288 nodes"] == "4.3 h (bound by node jobs) | 10 min (bound by corectl's one core)"
 
 
 def test_report_shows_every_figure_of_a_full_run():

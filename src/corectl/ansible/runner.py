@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -98,6 +99,9 @@ class RunResult:
     messages: dict[str, str] = field(default_factory=dict)
     tasks: int = 0  # tasks the playbook started (playbook_on_task_start): a later run's expected total
     shards: list[ShardOutcome] = field(default_factory=list)  # a fanned-out run's, in run order
+    # the control host's CPU seconds for the run: corectl's own process and the processes it started and waited
+    # for (ansible-playbook and its forks, SSH to runners or nodes)
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed_hosts(self) -> list[str]:
@@ -128,6 +132,22 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.status == "successful" and self.rc == 0 and not self.failed_hosts
+
+
+class CpuClock:
+    """The control host's CPU seconds spent since it was made: this process, and its children it waited for."""
+
+    def __init__(self) -> None:
+        self.start = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, waited.ru_utime + waited.ru_stime
+
+    def spent(self) -> dict[str, float]:
+        own, waited = self._now()
+        return {"corectl": round(own - self.start[0], 2), "children": round(waited - self.start[1], 2)}
 
 
 def default_forks() -> int:
@@ -494,7 +514,7 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
     ident = new_ident()
     lock.note_run(site.runs_dir / ident)  # the site lock names the run its holder is in
     tally = Tally()
-    started = time.monotonic()
+    started, clock = time.monotonic(), CpuClock()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     def on_event(event: dict[str, Any]) -> bool:
@@ -515,6 +535,7 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
             status, rc = "canceled", cancel.exit_code
     hosts = tally.finals or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
     run = RunResult(status, rc, hosts, site.runs_dir / ident, time.monotonic() - started, tally.messages, tally.tasks)
+    run.cpu = clock.spent()
     record(request, run, started_at)
     prune_runs(site.runs_dir)
     return run
@@ -601,6 +622,8 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
     }
     if run.shards:
         data["shards"] = [asdict(shard) for shard in run.shards]
+    if run.cpu:
+        data["control_cpu_s"] = run.cpu
     atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
     if converged_the_site(request.playbook, run.status, request.check):
         atomic_write(run.artifact_dir.parent / SITE_HAS_RUN, f"{started_at} {run.artifact_dir.name}\n".encode(), 0o600)

@@ -15,6 +15,8 @@ from corectl.site import Site
 from corectl.site.inventory import render_site
 from corectl.words import counted
 
+SHARD_LINES = 12  # more shards than this: only those that did not succeed get a line
+
 
 def provision(
     site: Site,
@@ -56,7 +58,14 @@ def provision(
         f"artifacts={result.artifact_dir}"
     )
     console.print(totals, highlight=False, soft_wrap=True)
-    for shard in result.shards:
+    if result.cpu:
+        own, spent = result.cpu["corectl"], result.cpu["corectl"] + result.cpu["children"]
+        console.print(f"control host CPU: {spent:.1f} s (corectl itself {own:.1f} s)", highlight=False)
+    shown = result.shards
+    if len(shown) > SHARD_LINES:  # a node-local run has a shard per node: name those that did not succeed
+        shown = [shard for shard in result.shards if shard.status != "successful"]
+        console.print(f"{len(result.shards) - len(shown)} of {len(result.shards)} shards successful", highlight=False)
+    for shard in shown:
         hosts = counted(len(shard.hosts), "host")
         groups = shard.groups if len(shard.groups) <= 4 else [*shard.groups[:3], f"{len(shard.groups) - 3} more"]
         held = f" ({', '.join(groups)})" if len(shard.groups) > 1 else ""

@@ -140,6 +140,7 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_accounting(config, nodes)
     problems += _check_storage(config)
     problems += _check_control(config)
+    problems += _check_node_local(config)
     problems += _check_health(config)
     problems += _check_backup(config, nodes)
     problems += _check_alerts(config)
@@ -247,6 +248,24 @@ def _check_control(config: ClusterConfig) -> list[Problem]:
     if config.cluster.ssh.key is None:
         needs = "runners need cluster.ssh.key (the key their jobs take to the nodes)"
         problems.append(Problem(("control", "runners"), needs))
+    return problems
+
+
+def _check_node_local(config: ClusterConfig) -> list[Problem]:
+    """Node-local jobs log in with the site's key as root: they install under /var/lib and run as the login user."""
+    if config.node_local.mode == "off":
+        return []
+    problems: list[Problem] = []
+    if config.cluster.ssh.key is None:
+        needs = "node-local runs need cluster.ssh.key (the key their jobs use)"
+        problems.append(Problem(("node_local", "mode"), needs))
+    if config.cluster.ssh.user != "root":
+        why = f"node-local runs log in as root (cluster.ssh.user is '{config.cluster.ssh.user}')"
+        problems.append(Problem(("cluster", "ssh", "user"), why))
+    for i, entry in enumerate(config.nodes):
+        if entry.ssh is not None and entry.ssh.user not in (None, "root"):
+            why = f"node-local runs log in as root (this node's ssh.user is '{entry.ssh.user}')"
+            problems.append(Problem(("nodes", i, "ssh", "user"), why))
     return problems
 
 

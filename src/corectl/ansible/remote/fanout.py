@@ -29,6 +29,7 @@ from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
 from corectl.ansible.runner import (
     SHARD_KEY,
     Cancel,
+    CpuClock,
     EventSink,
     HostStats,
     RunRequest,
@@ -252,6 +253,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
             sink(event)
 
     started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    clock = CpuClock()
     outcomes: list[ShardOutcome] = []
     with Cancel() as cancel:
         digest = runnerhost.stamp()
@@ -266,6 +268,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     else:
         status, rc = "failed", 2
     run = RunResult(status, rc, hosts, run_dir, time.monotonic() - started, tally.messages, tally.tasks, outcomes)
+    run.cpu = clock.spent()
     record(request, run, started_at)
     prune_runs(site.runs_dir)
     return run

@@ -44,6 +44,7 @@ from corectl.ansible.remote.shards import SERVICE_ROLES
 from corectl.ansible.runner import (
     SHARD_KEY,
     Cancel,
+    CpuClock,
     EventSink,
     RunRequest,
     RunResult,
@@ -101,6 +102,7 @@ class _Run:
     ident: str
     run_dir: Path
     key: Path
+    jump: str | None  # cluster.ssh.jump_host
     digest: str
     secrets: NodeSecrets | None
     policy: str
@@ -139,7 +141,7 @@ def _job(run: _Run, node: Node, attempt: int) -> Streamed:
         password = run.secrets.password if run.secrets else None
         kwargs = pack(request, Path(tmp) / "job", run.ident, side, password, mine)
         command = runnerhost.worker_command(run.settings.install_dir, remote, run.digest, "node")
-        argv = runnerhost.ssh_argv(run.request.site, host, run.key, command)
+        argv = runnerhost.ssh_argv(run.request.site, host, run.key, command, run.jump)
         done = run_streamed(kwargs, argv, work_dir, run.tagged(node.name), on_start, consume=True)
     with run.guard:
         run.active.pop(node.name, None)
@@ -150,7 +152,8 @@ def _install(run: _Run, node: Node) -> str:
     """Put the control host's ansible-core and ansible-runner on the node; '' or why not."""
     script = runnerhost.install_script(run.settings.install_dir, run.digest, "node")
     try:
-        runnerhost.run_on(run.request.site, _endpoint(node), run.key, script, _payload(run.settings.install_dir))
+        payload = _payload(run.settings.install_dir)
+        runnerhost.run_on(run.request.site, _endpoint(node), run.key, script, payload, run.jump)
     except CorectlError as exc:
         return str(exc)
     return ""
@@ -192,7 +195,7 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
                 stopped = True
                 with run.guard:
                     active = list(run.active.values())
-                runnerhost.stop_jobs(run.request.site, run.key, active)
+                runnerhost.stop_jobs(run.request.site, run.key, active, run.jump)
         results = []
         for node, future in zip(nodes, futures, strict=True):
             try:
@@ -239,9 +242,11 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
             sink(event)
 
     started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    clock = CpuClock()
     outcomes: list[ShardOutcome] = []
     with Cancel() as cancel:
-        run = _Run(request, settings, ident, run_dir, key, runnerhost.stamp(), secrets, "", on_event, cancel)
+        jump = cluster.config.cluster.ssh.jump_host
+        run = _Run(request, settings, ident, run_dir, key, jump, runnerhost.stamp(), secrets, "", on_event, cancel)
         outcomes.append(_here(run, SERVICES, services, run.tagged(SERVICES)))
         if outcomes[0].status != "successful":
             outcomes += _not_started(nodes, f"the service nodes' part of the run ended {outcomes[0].status}")
@@ -259,6 +264,7 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
     else:
         status, rc = "failed", 2
     result = RunResult(status, rc, hosts, run_dir, time.monotonic() - started, tally.messages, tally.tasks, outcomes)
+    result.cpu = clock.spent()
     record(request, result, started_at)
     prune_runs(site.runs_dir)
     return result

@@ -202,8 +202,9 @@ def cancel_command(remote_dir: PurePosixPath) -> str:
     return f"pkill -TERM -f {masked}; sleep 1; pkill -KILL -f {masked}; rm -rf {masked}; true"
 
 
-def ssh_argv(site: Site, runner: RunnerHost, key: Path | None, command: str) -> list[str]:
-    """ssh to a runner with the site's key, its host key checked against the site's known_hosts."""
+def ssh_argv(site: Site, runner: RunnerHost, key: Path | None, command: str, jump: str | None = None) -> list[str]:
+    """ssh to a runner (or a node: ``jump``, cluster.ssh.jump_host) with the site's key, its host key checked
+    against the site's known_hosts."""
     argv = [
         "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
         "-o", f"UserKnownHostsFile={site.known_hosts}", "-o", "StrictHostKeyChecking=yes",
@@ -212,24 +213,31 @@ def ssh_argv(site: Site, runner: RunnerHost, key: Path | None, command: str) -> 
     ]  # fmt: skip
     if key is not None:
         argv += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
+    if jump:
+        argv += ["-o", f"ProxyJump={jump}"]
     return [*argv, runner.host, command]
 
 
-def run_on(site: Site, runner: RunnerHost, key: Path | None, command: str, data: bytes = b"") -> str:
-    """Run ``command`` on a runner; its stdout, or a one-line error naming the runner."""
-    proc = subprocess.run(ssh_argv(site, runner, key, command), input=data, capture_output=True, check=False)
+def run_on(
+    site: Site, runner: RunnerHost, key: Path | None, command: str, data: bytes = b"", jump: str | None = None
+) -> str:
+    """Run ``command`` on a runner (or a node); its stdout, or a one-line error naming it."""
+    argv = ssh_argv(site, runner, key, command, jump)
+    proc = subprocess.run(argv, input=data, capture_output=True, check=False)
     if proc.returncode != 0:
         said = proc.stderr.decode(errors="replace").strip().splitlines()
         raise CorectlError(f"runner {runner.name} ({runner.host}): {said[-1] if said else f'exit {proc.returncode}'}")
     return proc.stdout.decode(errors="replace")
 
 
-def stop_jobs(site: Site, key: Path | None, jobs: list[tuple[Popen[bytes], PurePosixPath, RunnerHost]]) -> None:
+def stop_jobs(
+    site: Site, key: Path | None, jobs: list[tuple[Popen[bytes], PurePosixPath, RunnerHost]], jump: str | None = None
+) -> None:
     """Close each job's SSH and have its host stop the job and remove the job's directory."""
     stoppers = []
     for worker, remote, host in jobs:
         worker.kill()
-        argv = ssh_argv(site, host, key, cancel_command(remote))
+        argv = ssh_argv(site, host, key, cancel_command(remote), jump)
         stoppers.append(Popen(argv, stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL))
     for stopper in stoppers:
         try:

@@ -1,0 +1,79 @@
+"""Node-local runs (cluster.yml node_local, issue 30): which runs and nodes go node-local, and the section's
+validation. The runs themselves go through real SSH to DGX stand-ins in tests/e2e/test_lab_e2e.py; what a node
+receives is decoded from the real stream in tests/integration/test_jobpack.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corectl.ansible.remote import nodelocal
+from corectl.ansible.runner import RunRequest
+from corectl.cli import app
+from corectl.site import Site
+from corectl.site.inventory import render_site
+
+
+def _site(prod_copy: Path, root: Path, section: str) -> Site:
+    cluster_yml = prod_copy / "cluster.yml"
+    cluster_yml.write_text(cluster_yml.read_text() + section)
+    site = Site(root=root, directory=prod_copy)
+    render_site(site, check_only=False)
+    return site
+
+
+def test_off_by_default_and_on_for_every_compute_node_of_a_site_run(prod_copy: Path, root: Path):
+    site = Site(root=root, directory=prod_copy)
+    cluster, _ = render_site(site, check_only=False)
+    assert cluster.config.node_local.mode == "off"
+    assert nodelocal.chosen(RunRequest(site=site), cluster) == []
+    site = _site(prod_copy, root, "node_local:\n  mode: on\n")  # YAML's bare on is a boolean: read as meant
+    cluster, _ = render_site(site, check_only=False)
+    assert cluster.config.node_local.mode == "on"
+    chosen = nodelocal.chosen(RunRequest(site=site), cluster)
+    assert chosen == [f"dgx{i:02d}" for i in range(1, 13)]  # not head01: the service nodes run from here
+    # only site.yml, never with --local (fan_out False), and never without the controller in the run
+    assert nodelocal.chosen(RunRequest(site=site, playbook="health.yml"), cluster) == []
+    assert nodelocal.chosen(RunRequest(site=site, fan_out=False), cluster) == []
+    assert nodelocal.chosen(RunRequest(site=site, limit="dgx0*"), cluster) == []
+    assert nodelocal.chosen(RunRequest(site=site, limit="head01,dgx05"), cluster) == ["dgx05"]
+
+
+def test_auto_turns_on_from_a_node_count(prod_copy: Path, root: Path):
+    site = _site(prod_copy, root, "node_local:\n  mode: auto\n  auto_from: 3\n")
+    cluster, _ = render_site(site, check_only=False)
+    assert nodelocal.chosen(RunRequest(site=site, limit="head01,dgx01,dgx02"), cluster) == []
+    three = RunRequest(site=site, limit="head01,dgx01,dgx02,dgx03")
+    assert nodelocal.chosen(three, cluster) == ["dgx01", "dgx02", "dgx03"]
+
+
+@pytest.mark.parametrize(
+    ("section", "path", "words"),
+    [
+        ("node_local:\n  mode: always\n", "node_local.mode", "'off', 'on' or 'auto'"),
+        ("node_local:\n  mode: auto\n  parallel: 0\n", "node_local.parallel", "greater than or equal to 1"),
+        ("node_local:\n  mode: auto\n  job_dir: shm\n", "node_local.job_dir", "(got 'shm')"),
+        ("node_local:\n  mode: auto\n  bogus: 1\n", "node_local.bogus", "unknown key"),
+    ],
+)
+def test_a_bad_node_local_section_is_a_file_line_error(prod_copy: Path, section: str, path: str, words: str):
+    cluster_yml = prod_copy / "cluster.yml"
+    cluster_yml.write_text(cluster_yml.read_text() + section)
+    result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert re.match(rf"^\S*cluster\.yml:\d+: {re.escape(path)}: .*{re.escape(words)}", line), line
+    assert "Traceback" not in result.output
+
+
+def test_node_local_runs_log_in_as_root_with_the_site_key(prod_copy: Path):
+    cluster_yml = prod_copy / "cluster.yml"
+    text = cluster_yml.read_text().replace("    key: ~/.ssh/corectl_ed25519\n", "")
+    cluster_yml.write_text(text.replace("    user: root\n", "    user: admin\n", 1) + "node_local:\n  mode: auto\n")
+    result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
+    assert result.exit_code == 2
+    assert "node_local.mode: node-local runs need cluster.ssh.key" in result.output
+    assert "cluster.ssh.user: node-local runs log in as root (cluster.ssh.user is 'admin')" in result.output
