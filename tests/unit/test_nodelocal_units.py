@@ -4,13 +4,15 @@ receives is decoded from the real stream in tests/integration/test_jobpack.py.""
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
+import subprocess
+from pathlib import Path, PurePosixPath
 
 import pytest
 from typer.testing import CliRunner
 
-from corectl.ansible.remote import nodelocal
+from corectl.ansible.remote import nodelocal, runnerhost
 from corectl.ansible.runner import RunRequest
 from corectl.cli import app
 from corectl.site import Site
@@ -77,3 +79,22 @@ def test_node_local_runs_log_in_as_root_with_the_site_key(prod_copy: Path):
     assert result.exit_code == 2
     assert "node_local.mode: node-local runs need cluster.ssh.key" in result.output
     assert "cluster.ssh.user: node-local runs log in as root (cluster.ssh.user is 'admin')" in result.output
+
+
+def test_the_job_command_refuses_another_python_then_a_stale_install(tmp_path: Path):
+    """What a node-local job's remote command does before any job starts, run here by sh: a python3 of another
+    minor version exits 98 (the node then runs from the control host), an install without the control host's
+    stamp exits 97 (corectl installs, then sends the job again)."""
+    job = PurePosixPath("/dev/shm/corectl-job-x")
+    command = runnerhost.worker_command(str(tmp_path / "install"), job, "abc", "node")
+    other = tmp_path / "other-python"
+    other.mkdir()
+    (other / "python3").write_text("#!/bin/sh\nexit 1\n")  # any python3 that is not the control host's minor
+    (other / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{other}:{os.environ['PATH']}"}
+    unfit = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, check=False)
+    assert unfit.returncode == runnerhost.UNFIT_EXIT, unfit
+    assert "python3 on this node is not" in unfit.stderr
+    stale = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+    assert stale.returncode == runnerhost.STALE_EXIT, stale
+    assert "node is not at the control host's versions" in stale.stderr
