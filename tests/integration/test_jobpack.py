@@ -138,21 +138,8 @@ def test_a_worker_that_never_runs_is_an_error_not_a_hang(tmp_path: Path, root: P
     assert events == []
 
 
-def test_a_node_local_job_carries_only_that_nodes_secrets_under_a_one_time_password(
-    tmp_path: Path, root: Path, monkeypatch
-):
-    """Issue 30: what a node receives, decoded from the very stream `transmit` writes to its worker: its own
-    host_vars, the munge key and the cephx key of the site's mount, encrypted with the run's one-time password;
-    never the site's vault password, another node's host_vars or a secret of the service nodes or the control
-    host."""
-    import io
-
-    import ansible_runner
-    from ansible_runner.utils.streaming import unstream_dir
-
-    from corectl.ansible.remote.jobpack import NodeJob
-    from corectl.secrets import node_secrets
-
+def node_local_site(tmp_path: Path, root: Path, monkeypatch) -> tuple[Site, bytes]:
+    """The probe site with a munge key, every kind of secret in secrets.yml and two nodes' host_vars."""
     site = probe_site(tmp_path, root)
     vault = VaultLib([("default", VaultSecret(PASSWORD.encode()))])
     munge = os.urandom(1024)
@@ -162,40 +149,86 @@ def test_a_node_local_job_carries_only_that_nodes_secrets_under_a_one_time_passw
         "corectl_grafana_admin_password": "grafana-password-0123456789",
         "corectl_bmc_credentials": {"user": "admin", "password": "bmc-password-0123456789"},
         "corectl_cephfs_client_keys": {"corectl": "AQ" + "A" * 36 + "==", "other": "AQ" + "B" * 36 + "=="},
+        "corectl_probe_secret": SECRET,
     }
     (site.directory / "secrets" / "secrets.yml").write_bytes(vault.encrypt(yaml.safe_dump(values).encode()))
     (site.directory / "host_vars").mkdir()
-    (site.directory / "host_vars" / "a.yml").write_text("probe_mine: a\n")
-    (site.directory / "host_vars" / "b.yml").write_text("probe_not_mine: b-only-value\n")
+    (site.directory / "host_vars" / "a.yml").write_text("x: a-only-value\n")
+    (site.directory / "host_vars" / "b.yml").write_text("x: b-only-value\n")
     monkeypatch.setenv("CORECTL_VAULT_PASSWORD", PASSWORD)
-    mine = node_secrets(site, ["corectl"])
-    remote = PurePosixPath("/dev/shm/corectl-job-x-a")
-    side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath("/var/lib/corectl-local/facts"))
-    request = RunRequest(site=site, playbook="probe.yml", limit="a", extravars={"ansible_connection": "local"})
-    kwargs = pack(request, tmp_path / "packed", "x", side, mine.password, NodeJob("a", mine.files))
-    with (tmp_path / "stream").open("wb") as stream:  # a file, as the worker's stdin pipe is one
-        ansible_runner.run(**kwargs, streamer="transmit", _output=stream)
-    first, second, rest = (tmp_path / "stream").read_bytes().split(b"\n", 2)
-    sent = json.loads(first)["kwargs"]
-    unpacked = tmp_path / "unpacked"
-    unstream_dir(io.BytesIO(rest), json.loads(second)["zipfile"], str(unpacked))
+    return site, munge
 
-    received = first + b"".join(p.read_bytes() for p in unpacked.rglob("*") if p.is_file())
+
+def node_local_job(tmp_path: Path, site: Site, remote: PurePosixPath) -> tuple[dict, list[bytes], Path]:
+    """Node a's job as a node-local run makes it: the common part packed and zipped once, then a's own part."""
+    from corectl.ansible.remote.jobpack import NodeJob, host_vars, zip_message
+    from corectl.secrets import node_secrets
+
+    mine = node_secrets(site, ["corectl"])
+    side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath(tmp_path / "node-facts"))
+    request = RunRequest(site=site, playbook="probe.yml", extravars={"ansible_connection": "local"})
+    common = pack(request, tmp_path / "common", "x", side, mine.password, NodeJob("", mine.files))
+    own = tmp_path / "own"
+    own.mkdir()
+    host_vars(site.directory, "a", own)
+    return {**common, "private_data_dir": str(own), "limit": "a"}, [zip_message(tmp_path / "common")], own
+
+
+def test_a_node_local_job_carries_only_that_nodes_secrets_under_a_one_time_password(
+    tmp_path: Path, root: Path, monkeypatch
+):
+    """Issue 30: what a node receives, decoded from the very stream its worker reads (the common part zipped once,
+    then its own) the way the worker reads it: its own host_vars, the munge key and the cephx key of the site's
+    mount, encrypted with the run's one-time password; never the site's vault password, another node's host_vars
+    or a secret of the service nodes or the control host."""
+    from ansible_runner.utils.streaming import unstream_dir
+
+    from corectl.ansible.remote.jobpack import send
+
+    site, munge = node_local_site(tmp_path, root, monkeypatch)
+    kwargs, layers, _ = node_local_job(tmp_path, site, PurePosixPath("/dev/shm/corectl-job-x"))
+    with (tmp_path / "stream").open("wb") as stream:
+        send(kwargs, layers, stream)
+    unpacked = tmp_path / "unpacked"
+    with (tmp_path / "stream").open("rb") as stream:  # ansible-runner's worker loop
+        sent = json.loads(stream.readline())["kwargs"]
+        while "eof" not in (message := json.loads(stream.readline())):
+            unstream_dir(stream, message["zipfile"], str(unpacked))  # type: ignore[arg-type]
+    received = (tmp_path / "stream").read_bytes() + b"".join(p.read_bytes() for p in unpacked.rglob("*") if p.is_file())
     never = [PASSWORD, "db-password-0123456789abcdef", "grafana-password-0123456789", "bmc-password-0123456789",
-             "AQ" + "B" * 36 + "==", "b-only-value"]  # fmt: skip
+             "AQ" + "B" * 36 + "==", "b-only-value", SECRET]  # fmt: skip
     assert [needle for needle in never if needle.encode() in received] == []
     secrets_dir = unpacked / "inventory" / "site" / "secrets"
     assert sorted(p.name for p in secrets_dir.iterdir()) == ["munge.key", "secrets.yml"]
     assert sorted(p.name for p in (unpacked / "inventory" / "site" / "host_vars").iterdir()) == ["a.yml"]
     # what the node can read with the password it is given: the munge key and its mount's cephx key, nothing else
-    [once] = json.loads((unpacked / "env" / "passwords").read_text()).values()  # transmit sends it in env/
-    assert once == mine.password and once != PASSWORD
+    [once] = json.loads((unpacked / "env" / "passwords").read_text()).values()
+    assert once != PASSWORD
     opened = VaultLib([("default", VaultSecret(once.encode()))])
     assert opened.decrypt((secrets_dir / "munge.key").read_bytes()) == munge
-    assert munge not in received  # at rest in the job only encrypted
+    assert munge not in received  # in the job only encrypted
     assert yaml.safe_load(opened.decrypt((secrets_dir / "secrets.yml").read_bytes())) == {
         "corectl_cephfs_client_keys": {"corectl": "AQ" + "A" * 36 + "=="}
     }
-    cmdline = (unpacked / "env" / "cmdline").read_text()
-    assert "--ask-vault-pass" in cmdline and "ansible_connection" in (unpacked / "env" / "extravars").read_text()
-    assert sent["limit"] == "a"
+    assert "--ask-vault-pass" in (unpacked / "env" / "cmdline").read_text()
+    assert json.loads((unpacked / "env" / "extravars").read_text())["ansible_connection"] == "local"
+    assert sent["limit"] == "a" and "passwords" not in sent
+
+
+def test_a_node_local_job_runs_through_a_real_worker(tmp_path: Path, root: Path, monkeypatch):
+    """The layered stream (common part, then the node's own) is one a real `ansible-runner worker` runs: the probe
+    sees its host_vars, the extra vars and no secret of the site's (secrets.yml is the node's own)."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    site, _ = node_local_site(tmp_path, root, monkeypatch)
+    worker_dir = tmp_path / "worker-side" / "job"
+    kwargs, layers, own = node_local_job(tmp_path, site, PurePosixPath(worker_dir))
+    worker = [str(Path(sys.executable).parent / "ansible-runner"), "worker", "--private-data-dir", str(worker_dir),
+              "--delete"]  # fmt: skip
+    events: list[dict[str, Any]] = []
+    done = run_streamed(kwargs, worker, tmp_path / "processed", events.append, consume=True, layers=layers)
+    assert (done.status, done.rc) == ("successful", 0), [e.get("stdout") for e in events][-5:]
+    assert reports(events) == {
+        "a": {"check": False, "x": "a-only-value", "shared": "project", "layered": "site",
+              "site_setting": "from site.json", "secret_length": 0},
+    }  # fmt: skip
+    assert not worker_dir.exists() and not own.exists()  # the worker's job and this host's own part: both gone

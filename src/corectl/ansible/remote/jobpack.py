@@ -22,9 +22,11 @@ password instead (corectl.ansible.remote.nodelocal).
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -68,6 +70,12 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
+def host_vars(site_dir: Path, host: str, pack_dir: Path) -> None:
+    """``host``'s own host_vars (a file or a directory) into the pack's site inventory."""
+    for name in (host, f"{host}.yml", f"{host}.yaml", f"{host}.json"):
+        _copy(site_dir / "host_vars" / name, pack_dir / "inventory" / "site" / "host_vars" / name)
+
+
 def pack(
     request: RunRequest,
     pack_dir: Path,
@@ -80,8 +88,9 @@ def pack(
 
     ``vault_password`` None: the job gets neither the password nor secrets.yml (as a run with
     ``request.secrets`` False). ``node``: a node-local job (corectl.ansible.remote.nodelocal): of
-    the site's host_vars only that node's, no known_hosts, and instead of the site's secrets the
-    node's own, encrypted with ``vault_password`` (that run's one-time password).
+    the site's host_vars only that node's (none for ``host`` ""), no known_hosts, and instead of
+    the site's secrets the node's own, encrypted with ``vault_password`` (that run's one-time
+    password).
     """
     site, remote = request.site, runner.remote_dir
     for part in PROJECT_PARTS:
@@ -98,8 +107,8 @@ def pack(
         for name in (*SITE_FILES, *SITE_DIRS):
             if name not in ("known_hosts", "host_vars", "secrets"):
                 _copy(site.directory / name, site_dir / name)
-        for name in (node.host, f"{node.host}.yml", f"{node.host}.yaml", f"{node.host}.json"):
-            _copy(site.directory / "host_vars" / name, site_dir / "host_vars" / name)
+        if node.host:
+            host_vars(site.directory, node.host, pack_dir)
         for name, data in node.secrets.items():
             (site_dir / "secrets").mkdir(mode=0o700, parents=True, exist_ok=True)
             (site_dir / "secrets" / name).write_bytes(data)
@@ -139,6 +148,34 @@ def pack(
     return kwargs
 
 
+def zip_message(directory: Path) -> bytes:
+    """``directory`` as one `zipfile` message of ansible-runner's job stream (its header line and base64 body),
+    made once for jobs that share it (send)."""
+    from ansible_runner.utils.streaming import stream_dir
+
+    with tempfile.TemporaryFile() as out:
+        stream_dir(str(directory), out)  # type: ignore[arg-type]  # a binary file, as transmit's output
+        out.seek(0)
+        return out.read()
+
+
+def send(kwargs: dict[str, Any], layers: list[bytes], output: IO[bytes]) -> None:
+    """ansible-runner's `transmit` for a job whose common part was zipped ahead: the kwargs line, each of
+    ``layers`` (zip_message()), then kwargs' own private_data_dir with the env/ files transmit would write there
+    (cmdline, envvars, extravars, passwords), and eof. The worker unpacks each zipfile message into its directory
+    in turn, so a node-local run zips the project and inventory once, not once per node."""
+    from ansible_runner.utils import dump_artifacts
+
+    kwargs = dict(kwargs)
+    dump_artifacts(kwargs)  # the env/ files, taken out of kwargs, as transmit does
+    directory = Path(kwargs.pop("private_data_dir"))
+    output.write(json.dumps({"kwargs": kwargs}).encode() + b"\n")
+    for layer in [*layers, zip_message(directory)]:
+        output.write(layer)
+    output.write(json.dumps({"eof": True}).encode() + b"\n")
+    output.flush()
+
+
 @dataclass
 class Streamed:
     """How a streamed job ended: its status, 0 or 1 for ansible-playbook's exit code, the
@@ -157,6 +194,7 @@ def run_streamed(
     on_event: Callable[[dict[str, Any]], Any],
     on_start: Callable[[subprocess.Popen[bytes]], Any] | None = None,
     consume: bool = False,
+    layers: list[bytes] | None = None,
 ) -> Streamed:
     """Run a packed job through a worker and follow it to its end.
 
@@ -165,6 +203,7 @@ def run_streamed(
     so ``on_event`` sees each event live. ``worker_argv`` starts `ansible-runner worker`: here,
     or on a runner host through SSH. ``on_start`` gets the worker process (to stop it). ``consume``:
     remove the pack as soon as it is sent (transmit writes the job's passwords into its env/).
+    ``layers``: the job's common part, zipped ahead (send); the pack then holds only the rest.
     """
     import ansible_runner  # heavy import, only when a run happens
 
@@ -176,7 +215,10 @@ def run_streamed(
 
     def transmit() -> None:
         try:
-            ansible_runner.run(**kwargs, streamer="transmit", _output=worker.stdin)
+            if layers is None:
+                ansible_runner.run(**kwargs, streamer="transmit", _output=worker.stdin)
+            else:
+                send(kwargs, layers, worker.stdin)
         except BrokenPipeError:
             pass  # the worker went away (a runner not reachable): `process` reports it
         finally:

@@ -39,7 +39,7 @@ from typing import Any
 from corectl import lock
 from corectl.ansible.remote import runnerhost
 from corectl.ansible.remote.fanout import host_results, targets
-from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, pack, run_streamed
+from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, host_vars, pack, run_streamed, zip_message
 from corectl.ansible.remote.shards import SERVICE_ROLES
 from corectl.ansible.runner import (
     SHARD_KEY,
@@ -96,6 +96,16 @@ def _endpoint(node: Node) -> RunnerHost:
 
 
 @dataclass
+class _Common:
+    """What every node's job of the run shares, packed and zipped once (jobpack.send): the project, the site's
+    inventory without host_vars, the node secrets; and the kwargs of the job but for its limit."""
+
+    kwargs: dict[str, Any]
+    layer: bytes
+    remote: PurePosixPath  # the job's directory on each node (each node has its own job_dir)
+
+
+@dataclass
 class _Run:
     request: RunRequest
     settings: NodeLocal
@@ -104,10 +114,9 @@ class _Run:
     key: Path
     jump: str | None  # cluster.ssh.jump_host
     digest: str
-    secrets: NodeSecrets | None
-    policy: str
     sink: EventSink
     cancel: Cancel
+    common: _Common | None = None
     active: dict[str, tuple[Popen[bytes], PurePosixPath, RunnerHost]] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -120,15 +129,23 @@ class _Run:
         return on_event
 
 
-def _job(run: _Run, node: Node, attempt: int) -> Streamed:
-    """One node's job, streamed to its worker over SSH, followed to its end."""
-    remote = PurePosixPath(run.settings.job_dir) / f"corectl-job-{run.ident}-{node.name}"
+def _common(run: _Run, secrets: NodeSecrets | None, policy: str, base: Path) -> _Common:
+    """Pack and zip, once, what every node's job shares."""
+    remote = PurePosixPath(run.settings.job_dir) / f"corectl-job-{run.ident}"
     side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath(run.settings.install_dir) / "facts")
     extravars = {**run.request.extravars, "ansible_connection": "local"}
-    if run.policy:
-        extravars["slurm_versions_controller_policy"] = run.policy
-    request = replace(run.request, limit=node.name, extravars=extravars)
-    host = _endpoint(node)
+    if policy:
+        extravars["slurm_versions_controller_policy"] = policy
+    request = replace(run.request, limit=None, extravars=extravars)
+    mine = NodeJob("", secrets.files if secrets else {})
+    kwargs = pack(request, base, run.ident, side, secrets.password if secrets else None, mine)
+    return _Common(kwargs, zip_message(base), remote)
+
+
+def _job(run: _Run, node: Node, attempt: int) -> Streamed:
+    """One node's job (the common part and its own host_vars), streamed to its worker over SSH, followed to its end."""
+    assert run.common is not None
+    remote, host = run.common.remote, _endpoint(node)
     work_dir = run.run_dir / "shards" / node.name / str(attempt)
     work_dir.mkdir(parents=True, exist_ok=True)
 
@@ -137,12 +154,14 @@ def _job(run: _Run, node: Node, attempt: int) -> Streamed:
             run.active[node.name] = (worker, remote, host)
 
     with tempfile.TemporaryDirectory(prefix="corectl-pack-") as tmp:
-        mine = NodeJob(node.name, run.secrets.files) if run.secrets else NodeJob(node.name, {})
-        password = run.secrets.password if run.secrets else None
-        kwargs = pack(request, Path(tmp) / "job", run.ident, side, password, mine)
+        own = Path(tmp) / "job"
+        own.mkdir()
+        host_vars(run.request.site.directory, node.name, own)
+        kwargs = {**run.common.kwargs, "private_data_dir": str(own), "limit": node.name}
         command = runnerhost.worker_command(run.settings.install_dir, remote, run.digest, "node")
         argv = runnerhost.ssh_argv(run.request.site, host, run.key, command, run.jump)
-        done = run_streamed(kwargs, argv, work_dir, run.tagged(node.name), on_start, consume=True)
+        tagged = run.tagged(node.name)
+        done = run_streamed(kwargs, argv, work_dir, tagged, on_start, consume=True, layers=[run.common.layer])
     with run.guard:
         run.active.pop(node.name, None)
     return done
@@ -246,13 +265,14 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
     outcomes: list[ShardOutcome] = []
     with Cancel() as cancel:
         jump = cluster.config.cluster.ssh.jump_host
-        run = _Run(request, settings, ident, run_dir, key, jump, runnerhost.stamp(), secrets, "", on_event, cancel)
+        run = _Run(request, settings, ident, run_dir, key, jump, runnerhost.stamp(), on_event, cancel)
         outcomes.append(_here(run, SERVICES, services, run.tagged(SERVICES)))
         if outcomes[0].status != "successful":
             outcomes += _not_started(nodes, f"the service nodes' part of the run ended {outcomes[0].status}")
         else:
-            run.policy = policy[-1] if policy else ""
-            done, back = _nodes(run, [by_name[n] for n in nodes])
+            with tempfile.TemporaryDirectory(prefix="corectl-common-") as base:
+                run.common = _common(run, secrets, policy[-1] if policy else "", Path(base) / "job")
+                done, back = _nodes(run, [by_name[n] for n in nodes])
             outcomes += done
             if back and not cancel():
                 outcomes.append(_here(run, FALLBACK, back, run.tagged(FALLBACK)))
