@@ -130,6 +130,11 @@ def test_a_limit_that_matches_nothing_is_refused(prod_copy: Path, root: Path):
         (CONTROL.replace("SHARD", "switch"), "control.shard_by", "'leaf' or 'rack'"),
         (CONTROL.replace("SHARD", "leaf").replace("10.10.0.202", "10.10.0.201"), "control.runners[1].host", "dup"),
         (CONTROL.replace("SHARD", "leaf") + "  bogus: 1\n", "control.bogus", "unknown key"),
+        # node_local (issue 30, tests/unit/test_nodelocal_units.py)
+        ("node_local:\n  mode: always\n", "node_local.mode", "'off', 'on' or 'auto'"),
+        ("node_local:\n  mode: auto\n  parallel: 0\n", "node_local.parallel", "greater than or equal to 1"),
+        ("node_local:\n  mode: auto\n  job_dir: shm\n", "node_local.job_dir", "(got 'shm')"),
+        ("node_local:\n  mode: auto\n  bogus: 1\n", "node_local.bogus", "unknown key"),
     ],
 )
 def test_a_bad_control_section_is_a_file_line_error(prod_copy: Path, section: str, path: str, words: str):

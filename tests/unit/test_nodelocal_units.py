@@ -5,11 +5,9 @@ receives is decoded from the real stream in tests/integration/test_jobpack.py.""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
-import pytest
 from typer.testing import CliRunner
 
 from corectl.ansible.remote import nodelocal, runnerhost
@@ -50,25 +48,6 @@ def test_auto_turns_on_from_a_node_count(prod_copy: Path, root: Path):
     assert nodelocal.chosen(RunRequest(site=site, limit="head01,dgx01,dgx02"), cluster) == []
     three = RunRequest(site=site, limit="head01,dgx01,dgx02,dgx03")
     assert nodelocal.chosen(three, cluster) == ["dgx01", "dgx02", "dgx03"]
-
-
-@pytest.mark.parametrize(
-    ("section", "path", "words"),
-    [
-        ("node_local:\n  mode: always\n", "node_local.mode", "'off', 'on' or 'auto'"),
-        ("node_local:\n  mode: auto\n  parallel: 0\n", "node_local.parallel", "greater than or equal to 1"),
-        ("node_local:\n  mode: auto\n  job_dir: shm\n", "node_local.job_dir", "(got 'shm')"),
-        ("node_local:\n  mode: auto\n  bogus: 1\n", "node_local.bogus", "unknown key"),
-    ],
-)
-def test_a_bad_node_local_section_is_a_file_line_error(prod_copy: Path, section: str, path: str, words: str):
-    cluster_yml = prod_copy / "cluster.yml"
-    cluster_yml.write_text(cluster_yml.read_text() + section)
-    result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
-    assert result.exit_code == 2, result.output
-    line = result.output.strip().splitlines()[-1]
-    assert re.match(rf"^\S*cluster\.yml:\d+: {re.escape(path)}: .*{re.escape(words)}", line), line
-    assert "Traceback" not in result.output
 
 
 def test_node_local_runs_log_in_as_root_with_the_site_key(prod_copy: Path):

@@ -240,11 +240,7 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     password = vault_password(SecretFiles(site)).decode() if request.secrets else None
     key = node_key(site, cluster)  # before any shard starts: a missing key is one error, not one per shard
     accelerator = runner_accelerator()
-    site.runs_dir.mkdir(parents=True, exist_ok=True)
-    ident = new_ident()
-    run_dir = site.runs_dir / ident
-    run_dir.mkdir()
-    lock.note_run(run_dir)
+    ident, run_dir = new_run_dir(site)
     tally = Tally()
 
     def on_event(event: dict[str, Any]) -> None:
@@ -252,23 +248,49 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
         if sink is not None:
             sink(event)
 
-    started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
-    clock = CpuClock()
+    clock = Clock()
     outcomes: list[ShardOutcome] = []
     with Cancel() as cancel:
         digest = runnerhost.stamp()
         job = _Job(site, cluster, control, ident, digest, password, key, on_event, cancel, accelerator)
         for phase in (1, 2):
             outcomes += _run_phase(job, request, [s for s in plan if s.phase == phase])
-    hosts = host_results(tally, outcomes)
+    return finish(request, run_dir, tally, outcomes, cancel, clock)
+
+
+def new_run_dir(site: Site) -> tuple[str, Path]:
+    """A new run's id and directory under .runs/, which the site lock then names."""
+    site.runs_dir.mkdir(parents=True, exist_ok=True)
+    ident = new_ident()
+    run_dir = site.runs_dir / ident
+    run_dir.mkdir()
+    lock.note_run(run_dir)
+    return ident, run_dir
+
+
+@dataclass
+class Clock:
+    """When a run of shards started: wall clock, its record's timestamp, the control host's CPU."""
+
+    started: float = field(default_factory=time.monotonic)
+    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    cpu: CpuClock = field(default_factory=CpuClock)
+
+
+def finish(
+    request: RunRequest, run_dir: Path, tally: Tally, outcomes: list[ShardOutcome], cancel: Cancel, clock: Clock
+) -> RunResult:
+    """A run of shards ends: its result from the shards' outcomes, its one record; older runs pruned. A shard's
+    status "unfit" (a node-local job that ran from the control host instead) is no failure."""
+    hosts = host_results(tally, [o for o in outcomes if o.status != "unfit"])
     if cancel.requested.is_set():
         status, rc = "canceled", cancel.exit_code
-    elif all(o.status == "successful" for o in outcomes):
+    elif all(o.status in ("successful", "unfit") for o in outcomes):
         status, rc = "successful", 0
     else:
         status, rc = "failed", 2
-    run = RunResult(status, rc, hosts, run_dir, time.monotonic() - started, tally.messages, tally.tasks, outcomes)
-    run.cpu = clock.spent()
-    record(request, run, started_at)
-    prune_runs(site.runs_dir)
+    elapsed = time.monotonic() - clock.started
+    run = RunResult(status, rc, hosts, run_dir, elapsed, tally.messages, tally.tasks, outcomes, clock.cpu.spent())
+    record(request, run, clock.started_at)
+    prune_runs(request.site.runs_dir)
     return run

@@ -31,28 +31,22 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from subprocess import Popen
 from typing import Any
 
-from corectl import lock
 from corectl.ansible.remote import runnerhost
-from corectl.ansible.remote.fanout import host_results, targets
+from corectl.ansible.remote.fanout import Clock, finish, new_run_dir, targets
 from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, host_vars, pack, run_streamed, zip_message
 from corectl.ansible.remote.shards import SERVICE_ROLES
 from corectl.ansible.runner import (
     SHARD_KEY,
     Cancel,
-    CpuClock,
     EventSink,
     RunRequest,
     RunResult,
     ShardOutcome,
     Tally,
-    new_ident,
-    prune_runs,
-    record,
     run_part,
 )
 from corectl.bootstrap import key_path
@@ -242,11 +236,7 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
     services = [t for t in targets(site, request.limit) if t not in set(nodes)]
     key = key_path(site, cluster, "node-local jobs reach the nodes with that key")
     secrets = node_secrets(site, ceph_clients(site)) if request.secrets else None
-    site.runs_dir.mkdir(parents=True, exist_ok=True)
-    ident = new_ident()
-    run_dir = site.runs_dir / ident
-    run_dir.mkdir()
-    lock.note_run(run_dir)
+    ident, run_dir = new_run_dir(site)
     tally = Tally()
     controller = _controller(cluster)
     policy: list[str] = []
@@ -260,8 +250,7 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
         if sink is not None:
             sink(event)
 
-    started, started_at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
-    clock = CpuClock()
+    clock = Clock()
     outcomes: list[ShardOutcome] = []
     with Cancel() as cancel:
         jump = cluster.config.cluster.ssh.jump_host
@@ -276,15 +265,4 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
             outcomes += done
             if back and not cancel():
                 outcomes.append(_here(run, FALLBACK, back, run.tagged(FALLBACK)))
-    hosts = host_results(tally, [o for o in outcomes if o.status != "unfit"])
-    if cancel.requested.is_set():
-        status, rc = "canceled", cancel.exit_code
-    elif all(o.status in ("successful", "unfit") for o in outcomes):
-        status, rc = "successful", 0
-    else:
-        status, rc = "failed", 2
-    result = RunResult(status, rc, hosts, run_dir, time.monotonic() - started, tally.messages, tally.tasks, outcomes)
-    result.cpu = clock.spent()
-    record(request, result, started_at)
-    prune_runs(site.runs_dir)
-    return result
+    return finish(request, run_dir, tally, outcomes, cancel, clock)
