@@ -201,14 +201,15 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
     """Every node's job, ``parallel`` at a time; Ctrl-C stops them all and removes their directories."""
     with ThreadPoolExecutor(max_workers=run.settings.parallel, thread_name_prefix="node-local") as pool:
         futures = [pool.submit(_node, run, node) for node in nodes]
-        stopped = False
+        stopped: set[str] = set()
         while not all(f.done() for f in futures):
             time.sleep(0.2)
-            if run.cancel() and not stopped:
-                stopped = True
+            if run.cancel():  # every job running now, and one that started just as Ctrl-C came
                 with run.guard:
-                    active = list(run.active.values())
-                runnerhost.stop_jobs(run.request.site, run.key, active, run.jump)
+                    late = {name: job for name, job in run.active.items() if name not in stopped}
+                stopped.update(late)
+                if late:
+                    runnerhost.stop_jobs(run.request.site, run.key, list(late.values()), run.jump)
         results = []
         for node, future in zip(nodes, futures, strict=True):
             try:
