@@ -541,8 +541,9 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
     return run
 
 
-def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResult:
-    """Run a playbook of the project on the site; ``sink`` sees every event (live progress)."""
+def _site_build(request: RunRequest) -> Build:
+    """How a run of the site's own playbooks is built here: its fact cache and known_hosts there, the vault
+    password through corectl's socket when the run gets secrets."""
     site = request.site
     site.facts_dir.mkdir(parents=True, exist_ok=True)
     site.known_hosts.touch(exist_ok=True)
@@ -551,7 +552,12 @@ def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResul
         vault_file = stack.enter_context(vault_password_client(site, private_dir)) if request.secrets else None
         return runner_kwargs(request, private_dir, ident, vault_file)
 
-    return _execute(request, build, sink)
+    return build
+
+
+def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResult:
+    """Run a playbook of the project on the site; ``sink`` sees every event (live progress)."""
+    return _execute(request, _site_build(request), sink)
 
 
 def run_part(request: RunRequest, artifact_dir: Path, ident: str, on_event: EventSink, cancel: Cancel) -> str:
@@ -560,13 +566,10 @@ def run_part(request: RunRequest, artifact_dir: Path, ident: str, on_event: Even
     artifacts in ``artifact_dir``/``ident``, its events to ``on_event``; returns its status."""
     import ansible_runner  # heavy import, only when a run happens
 
-    site = request.site
-    site.facts_dir.mkdir(parents=True, exist_ok=True)
-    site.known_hosts.touch(exist_ok=True)
+    build = _site_build(request)
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="corectl-run-")))
-        vault_file = stack.enter_context(vault_password_client(site, tmp)) if request.secrets else None
-        kwargs = runner_kwargs(request, tmp, ident, vault_file)
+        kwargs = build(tmp, ident, stack)
         kwargs.update(artifact_dir=str(artifact_dir), rotate_artifacts=0)
         with _runner_environ():
             result = ansible_runner.run(**kwargs, event_handler=lambda e: on_event(e) or True, cancel_callback=cancel)
