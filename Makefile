@@ -6,7 +6,7 @@ export PATH := $(BIN):$(PATH)
 PYTHON ?= python3
 MOLECULE_SCENARIOS ?=
 
-.PHONY: setup lab lab-down test lint pytest molecule image bench bench-fanout
+.PHONY: setup lab lab-down test check lint pytest molecule image bench bench-fanout bench-stages
 
 setup: $(VENV)/.installed
 
@@ -29,6 +29,10 @@ lab-down: setup
 test: setup
 	python tests/stages.py all
 
+# The inner loop: lint, then the unit and integration tests (no lab, no molecule): a few minutes.
+check: setup
+	python tests/stages.py check
+
 lint: setup
 	python tests/stages.py lint
 
@@ -48,6 +52,11 @@ molecule: setup
 # Starts its own lab: not while the e2e test or `make lab` runs. BENCH_ARGS="--sizes 1,2".
 bench: setup
 	python bench/fleet.py $(BENCH_ARGS)
+
+# What a lever of the test suite saves: one stage alternately in two variants (bench/stages.py;
+# docs/testing.md). BENCH_ARGS="--stage molecule:slurm --a CORECTL_NODE_IMAGE=... --b CORECTL_NODE_IMAGE=...".
+bench-stages: setup
+	python bench/stages.py $(BENCH_ARGS)
 
 # A no-op provision through ansible-runner's transmit | worker | process against a direct run
 # (bench/fanout.py; docs/scale.md). On a converged site: `make lab` first.

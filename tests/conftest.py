@@ -3,10 +3,13 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import cpuacct
 from corectl.site import Site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +65,14 @@ def probe_project(tmp_path: Path, playbook: str, hosts: tuple[str, ...] = ("loca
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     site.hosts_file.write_text(json.dumps({"all": {"hosts": dict.fromkeys(hosts, local)}}))
     return site
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Inside a stage of tests/stages.py: each test's CPU (set-up and tear-down included, its stand-in
+    containers included) into build/cpu-tests-<stage>.tsv."""
+    before, start = cpuacct.stage_usage_now(), time.monotonic()
+    yield
+    after = cpuacct.stage_usage_now()
+    if before is not None and after is not None:
+        cpuacct.record_test(item.nodeid, time.monotonic() - start, before, after)

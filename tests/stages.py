@@ -19,8 +19,10 @@ Exit status 1 when any stage failed.
 Two lanes, not more: the run keeps both cores about 93 % busy (measured, session 27), so a third
 lane (the suite split over two labs, `lab-fleet` below) only adds the second lab's set-up.
 
-    python tests/stages.py [all | lint | unit | image | lab | lab-fleet | lab-trixie
+    python tests/stages.py [all | check | lint | unit | image | lab | lab-fleet | lab-trixie
                             | molecule [RELEASE ...] [SCENARIO ...]]
+
+`check` is the inner loop (`make check`): lint, then the unit and integration tests.
 
 RELEASE is bookworm or trixie (default: both). `lab-fleet` runs the suite's second_lab tests
 (independent of the others' state) and its every_lab secret scan on a second lab of their own
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import cpuacct
 from corectl.lab import image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +66,7 @@ class Outcome:
     seconds: float
     ok: bool
     note: str = ""
+    usage: cpuacct.Usage | None = None  # None where this machine has no cgroup v1 cpuacct to write to
 
 
 FIRST_ERRORS = re.compile(r"^(E\s+.*\berror\b.*|.*fatal: \[.*|(FAILED|ERROR) tests/.*)$", re.IGNORECASE)
@@ -84,7 +89,16 @@ class Stages:
         self.t0 = time.monotonic()
         self.outcomes: list[Outcome] = []
         self.lock = threading.Lock()
-        self.env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        # The pyxis plugins built in this run are kept here for the rest of the run (role pyxis's
+        # artifact directory follows XDG_CACHE_HOME), never taken from an earlier run.
+        self.cache = BUILD / f"cache-{os.getpid()}"
+        self.env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "XDG_CACHE_HOME": str(self.cache),
+        }
+        self.accounted = cpuacct.available()
+        self.sampler = cpuacct.start_sampler() if self.accounted else None
 
     def say(self, line: str) -> None:
         with self.lock:
@@ -98,10 +112,16 @@ class Stages:
         BUILD.mkdir(exist_ok=True)
         log = BUILD / f"{name}.log"
         self.say(f"start {name}: {' '.join(argv)}")
+        env = {**(env or self.env), cpuacct.STAGE_ENV: name}
+        group = cpuacct.StageCgroup(name) if self.accounted else None
+        if group is not None:
+            group.create()
+            argv, env = group.wrap(argv), {**env, **group.env()}
+        (BUILD / f"cpu-tests-{name}.tsv").unlink(missing_ok=True)
         start = time.monotonic()
         note = ""
         with log.open("w") as out:
-            proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=out, env=env or self.env)
+            proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=out, env=env)
             try:
                 rc = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
@@ -115,7 +135,12 @@ class Stages:
                     rc = proc.wait()
         if rc and not note:
             note = f"exit {rc}"
-        outcome = Outcome(name, lane, start - self.t0, time.monotonic() - start, rc == 0 and not note, note)
+        usage = None
+        if group is not None and self.sampler is not None:
+            usage = group.usage()
+            outside = self.sampler.outside(name)
+            usage.user, usage.system = usage.user + outside[0], usage.system + outside[1]
+        outcome = Outcome(name, lane, start - self.t0, time.monotonic() - start, rc == 0 and not note, note, usage)
         return self._finish(outcome, log)
 
     def _finish(self, outcome: Outcome, log: Path) -> bool:
@@ -138,10 +163,12 @@ class Stages:
         with self.lock:
             print("\n".join((picked or lines)[-100:]), flush=True)
 
-    def molecule(self, scenario: str, lane: int, image: str, release: str = RELEASES[0]) -> bool:
-        """One molecule scenario on one release's image; strings in molecule/<s>/secret-patterns must not
-        reach its output."""
-        env = {**self.env, "CORECTL_NODE_IMAGE": image}
+    def molecule(
+        self, scenario: str, lane: int, image: str, release: str = RELEASES[0], ceph: str | None = None
+    ) -> bool:
+        """One molecule scenario on one release's image (and the Ceph fixture's, for cephfs); strings in
+        molecule/<s>/secret-patterns must not reach its output."""
+        env = {**self.env, "CORECTL_NODE_IMAGE": image, **({"CORECTL_CEPH_IMAGE": ceph} if ceph else {})}
         name = f"molecule-{scenario}" if release == RELEASES[0] else f"molecule-{scenario}-{release}"
         ok = self.run(name, lane, [str(BIN / "molecule"), "test", "-s", scenario], env)
         patterns = ROOT / "molecule" / scenario / "secret-patterns"
@@ -155,11 +182,53 @@ class Stages:
         return ok
 
     def table(self) -> str:
-        rows = [f"{'stage':<22} {'lane':>4} {'start':>7} {'time':>7}  result"]
+        """Each stage's wall time and CPU (user + system of its processes and containers; iowait: the
+        machine's during the stage)."""
+        head = f"{'stage':<22} {'lane':>4} {'start':>7} {'time':>7} {'cpu':>7} {'user':>7} {'sys':>6} {'iowait':>6}"
+        rows = [f"{head}  result"]
         for o in sorted(self.outcomes, key=lambda o: o.start):
-            rows.append(f"{o.name:<22} {o.lane:>4} {o.start:>6.0f}s {o.seconds:>6.0f}s  {'ok' if o.ok else o.note}")
+            u = o.usage
+            cpu = (
+                f"{u.cpu:>6.0f}s {u.user:>6.0f}s {u.system:>5.0f}s {u.iowait:>5.0f}s"
+                if u
+                else f"{'-':>7} {'-':>7} {'-':>6} {'-':>6}"
+            )
+            rows.append(
+                f"{o.name:<22} {o.lane:>4} {o.start:>6.0f}s {o.seconds:>6.0f}s {cpu}  {'ok' if o.ok else o.note}"
+            )
         rows.append(f"{'total (wall)':<22} {'':>4} {'':>7} {time.monotonic() - self.t0:>6.0f}s")
         return "\n".join(rows)
+
+    def write_cpu_files(self) -> list[str]:
+        """build/cpu-stages.tsv and build/cpu-containers.tsv; the lines to print: the stages' CPU against
+        the machine's, and the costliest end-to-end tests."""
+        if self.sampler is None:
+            return ["cpu per stage: no cgroup v1 cpuacct to write to on this machine"]
+        with (BUILD / "cpu-stages.tsv").open("w") as out:
+            out.write("stage\tlane\tstart_s\twall_s\tuser_s\tsystem_s\tcpu_s\tmachine_iowait_s\tresult\n")
+            for o in sorted(self.outcomes, key=lambda o: o.start):
+                u = o.usage or cpuacct.Usage()
+                out.write(
+                    f"{o.name}\t{o.lane}\t{o.start:.0f}\t{o.seconds:.1f}\t{u.user:.1f}\t{u.system:.1f}\t{u.cpu:.1f}"
+                    f"\t{u.iowait:.1f}\t{'ok' if o.ok else o.note}\n"
+                )
+        rows = self.sampler.rows()
+        with (BUILD / "cpu-containers.tsv").open("w") as out:
+            out.write("stage\tcontainer\tuser_s\tsystem_s\n")
+            for stage, name, user, system in rows:
+                out.write(f"{stage}\t{name}\t{user:.1f}\t{system:.1f}\n")
+        staged = sum(o.usage.cpu for o in self.outcomes if o.usage)
+        jobs = sum(user + system for stage, _, user, system in rows if stage == cpuacct.SLURM_JOBS)
+        lines = [f"cpu of the stages: {staged:,.0f} s (Slurm jobs in the stand-ins besides: {jobs:,.0f} s); "
+                 "build/cpu-stages.tsv, build/cpu-containers.tsv, build/cpu-tests-<stage>.tsv"]  # fmt: skip
+        for o in self.outcomes:
+            tests = cpuacct.read_tests(BUILD / f"cpu-tests-{o.name}.tsv")
+            if o.name.startswith("lab") and tests:
+                lines.append(
+                    f"{o.name}: the costliest tests (cpu s, wall s; a module's first test includes its lab's set-up)"
+                )
+                lines += [f"  {cpu:>6.0f} {wall:>6.0f}  {test}" for test, wall, cpu in tests[:12]]
+        return lines
 
 
 def scenarios() -> list[str]:
@@ -168,21 +237,25 @@ def scenarios() -> list[str]:
 
 class Images:
     """Each release's stand-in image, built once by the first lane that asks for it (stage image or
-    image-<release>); a lane asking meanwhile waits for that build. None: the build failed."""
+    image-<release>), and the Ceph fixture's image on it (image-ceph[-<release>]); a lane asking
+    meanwhile waits for that build. None: the build failed."""
 
     def __init__(self, stages: Stages) -> None:
         self.stages = stages
-        self.locks = {release: threading.Lock() for release in RELEASES}
-        self.tags: dict[str, str | None] = {}
+        self.locks = {(release, ceph): threading.Lock() for release in RELEASES for ceph in (False, True)}
+        self.tags: dict[tuple[str, bool], str | None] = {}
 
-    def tag(self, release: str = RELEASES[0], lane: int = 1) -> str | None:
-        with self.locks[release]:
-            if release not in self.tags:
-                name = "image" if release == RELEASES[0] else f"image-{release}"
-                argv = [str(BIN / "corectl"), "lab", "image", "--release", release]
+    def tag(self, release: str = RELEASES[0], lane: int = 1, ceph: bool = False) -> str | None:
+        if ceph and self.tag(release, lane) is None:
+            return None
+        with self.locks[(release, ceph)]:
+            if (release, ceph) not in self.tags:
+                name = "image-ceph" if ceph else "image"
+                name = name if release == RELEASES[0] else f"{name}-{release}"
+                argv = [str(BIN / "corectl"), "lab", "image", "--release", release, *(["--ceph"] if ceph else [])]
                 built = self.stages.run(name, lane, argv)
-                self.tags[release] = (BUILD / f"{name}.log").read_text().split()[-1] if built else None
-            return self.tags[release]
+                self.tags[(release, ceph)] = (BUILD / f"{name}.log").read_text().split()[-1] if built else None
+            return self.tags[(release, ceph)]
 
 
 class CpuLog:
@@ -249,9 +322,11 @@ def python_sources() -> list[str]:
         if path.is_file() and path.read_bytes()[:64].startswith(b"#!") and b"python" in path.read_bytes()[:64]
     )
     packages = sorted(str(path.parent.relative_to(ROOT)) for path in (ROOT / "roles").glob("*/files/*/__init__.py"))
-    return ["src", "tests", "bench", "collections", *packages, *shipped]
+    return ["src", "tests", "bench", "collections", "molecule/plugins", *packages, *shipped]
 
 
+# the scenarios with the Ceph fixture (its own image: CORECTL_CEPH_IMAGE)
+CEPH_SCENARIOS = ("cephfs",)
 # the scenarios' usual cost, most first: a lane that frees up late takes what is left, short ones last
 MOLECULE_ORDER = ("slurm", "gpu", "cephfs", "base", "users")
 
@@ -287,7 +362,9 @@ class MoleculeQueue:
             name, release = item
             try:
                 tag = self.images.tag(release, lane)
-                ok = tag is not None and self.stages.molecule(name, lane, tag, release) and ok
+                ceph = self.images.tag(release, lane, ceph=True) if name in CEPH_SCENARIOS else None
+                ran = tag is not None and (ceph is not None or name not in CEPH_SCENARIOS)
+                ok = ran and self.stages.molecule(name, lane, tag, release, ceph) and ok
             finally:
                 with self.changed:
                     self.running.discard(name)
@@ -330,10 +407,12 @@ def main(argv: list[str]) -> int:
         [r for r in RELEASES if r in asked] or list(RELEASES),
     )
 
-    # The e2e test runs under Mitogen (2x faster here; docs/performance.md), so CI proves the whole
-    # lifecycle under the accelerator; CORECTL_ACCELERATOR=none make test runs it stock. Molecule
-    # runs every role with Ansible's own strategy either way.
+    # The e2e suite runs under Mitogen (2x faster here; docs/performance.md), and so does every molecule
+    # scenario (.config/molecule/config.yml); the Debian 13 lab runs a whole site from scratch on corectl's
+    # default strategy (Ansible's own), so that what users get by default is proven end to end in every run.
+    # CORECTL_ACCELERATOR=none make test runs the suite stock too.
     lab_env = {**stages.env, "CORECTL_ACCELERATOR": os.environ.get("CORECTL_ACCELERATOR", "mitogen")}
+    release_env = {**stages.env, "CORECTL_ACCELERATOR": os.environ.get("CORECTL_ACCELERATOR", "none")}
     fleet_env = {**lab_env, "CORECTL_E2E_LAB": "labfleet"}
 
     def lab(name: str, lane: int, argv: list[str], env: dict[str, str], release: str = RELEASES[0]) -> bool:
@@ -347,32 +426,38 @@ def main(argv: list[str]) -> int:
         linted = lint(stages, lane=2)
         unit = stages.run("unit", 2, unit_tests)
         molecule = queue.work(2)
-        release = lab(f"lab-{RELEASES[1]}", 2, release_tests, lab_env, RELEASES[1])
+        release = lab(f"lab-{RELEASES[1]}", 2, release_tests, release_env, RELEASES[1])
         return molecule and release and unit and linted
 
-    cpu = CpuLog(stages)
-    cpu.thread.start()
-    if what == "all":
-        in_parallel(lab_then_molecule, checks_then_molecule)
-    elif what == "lint":
-        lint(stages)
-    elif what == "unit":
-        stages.run("unit", 1, unit_tests)
-    elif what == "image":
-        images.tag()
-    elif what == "lab":
-        lab("lab", 1, lab_tests, lab_env)
-    elif what == "lab-fleet":
-        lab(what, 1, fleet_tests, fleet_env)
-    elif what == f"lab-{RELEASES[1]}":
-        lab(what, 1, release_tests, lab_env, RELEASES[1])
-    elif what == "molecule":
-        queue.work(1)
-    else:
+    stages_of = {
+        "all": lambda: in_parallel(lab_then_molecule, checks_then_molecule),
+        "lint": lambda: lint(stages),
+        "check": lambda: lint(stages) & stages.run("unit", 1, unit_tests),
+        "unit": lambda: stages.run("unit", 1, unit_tests),
+        "image": images.tag,
+        "lab": lambda: lab("lab", 1, lab_tests, lab_env),
+        "lab-fleet": lambda: lab("lab-fleet", 1, fleet_tests, fleet_env),
+        f"lab-{RELEASES[1]}": lambda: lab(f"lab-{RELEASES[1]}", 1, release_tests, release_env, RELEASES[1]),
+        "molecule": lambda: queue.work(1),
+    }
+    if what not in stages_of:
         print(__doc__, file=sys.stderr)
         return 2
+    cpu = CpuLog(stages)
+    cpu.thread.start()
+    try:
+        stages_of[what]()
+    finally:
+        shutil.rmtree(stages.cache, ignore_errors=True)
+    return report(stages, cpu)
+
+
+def report(stages: Stages, cpu: CpuLog) -> int:
+    """The table, the machine's and each stage's CPU, pytest's closing lines, the first errors; the exit status."""
     print("\n" + stages.table(), flush=True)
     print(cpu.summary(), flush=True)
+    for line in stages.write_cpu_files():
+        print(line, flush=True)
     for name in ("unit", "lab", "lab-fleet", f"lab-{RELEASES[1]}"):  # pytest's own closing lines
         log = BUILD / f"{name}.log"
         if any(o.name == name for o in stages.outcomes):

@@ -30,6 +30,7 @@ from conftest import ROOT
 from corectl import secrets
 from corectl.ansible.runner import control_path_dir
 from corectl.health.report import last_verdicts
+from corectl.lab.docker import accounting_flags
 from corectl.site import resolve_site
 
 pytestmark = pytest.mark.lab
@@ -584,7 +585,8 @@ def make_mpi_image() -> None:
         "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
         " openmpi-bin python3-mpi4py >/dev/null"
     )
-    subprocess.run(["docker", "run", "--name", name, image, "sh", "-c", install], capture_output=True, check=True)
+    run = ["docker", "run", "--name", name, *accounting_flags(), image, "sh", "-c", install]
+    subprocess.run(run, capture_output=True, check=True)
     try:
         pack = (
             "set -e; rm -rf /var/tmp/mpi; mkdir /var/tmp/mpi; tar -x -C /var/tmp/mpi; cd /var/tmp/mpi;"

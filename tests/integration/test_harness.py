@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,7 +41,8 @@ def test_every_molecule_platform_uses_the_lab_flags(root: Path):
         for platform in yaml.safe_load(scenario.read_text())["platforms"]:
             assert _platform_flags(platform) == set(NODE_FLAGS), f"{scenario}: {platform['name']}"
             assert platform["command"] == "/sbin/init"
-            assert platform["image"].startswith("${CORECTL_NODE_IMAGE")
+            image = "${CORECTL_CEPH_IMAGE" if platform["name"] == "ceph-server" else "${CORECTL_NODE_IMAGE"
+            assert platform["image"].startswith(image)
 
 
 def test_image_tag_is_keyed_on_the_recipe(monkeypatch):
@@ -141,7 +145,7 @@ def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_relea
     another = threading.Event()
 
     class FakeStages:
-        def molecule(self, name: str, lane: int, tag: str, release: str) -> bool:
+        def molecule(self, name: str, lane: int, tag: str, release: str, ceph: str | None) -> bool:
             with guard:
                 if any(other == name for other, _ in running):
                     clash.append(name)
@@ -156,8 +160,8 @@ def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_relea
             return not (name == "users" and release == "trixie")  # one failing stage
 
     class FakeImages:
-        def tag(self, release: str, lane: int) -> str:
-            return f"corectl-node:{release}"
+        def tag(self, release: str, lane: int, ceph: bool = False) -> str:
+            return f"corectl-{'ceph' if ceph else 'node'}:{release}"
 
     queue = stages.MoleculeQueue(FakeStages(), FakeImages(), ["users", "slurm", "zeta", "gpu"], list(stages.RELEASES))
     assert queue.waiting[:2] == [("slurm", "bookworm"), ("slurm", "trixie")] and queue.waiting[-1][0] == "zeta"
@@ -180,3 +184,45 @@ def test_a_second_head_comes_after_the_dgx_so_they_keep_their_places(tmp_path: P
     assert two.nodes()[:-1] == one.nodes()
     assert two.nodes()[-1] == LabNode("head02", "172.29.99.9", 23040, True)
     assert [n["name"] for n in lab_cluster(two)["nodes"]] == ["head01", "dgx01", "dgx02"]  # declared by the operator
+
+
+def test_a_stage_is_charged_the_cpu_of_every_process_it_started(tmp_path: Path, root: Path, monkeypatch):
+    """tests/cpuacct.py: a stage runs in a cgroup of its own; the CPU its grandchildren burn (here about
+    0.6 s, in a process that exited before the stage ended) is in the stage's figure, and one test's line
+    is read back from build/cpu-tests-<stage>.tsv."""
+    monkeypatch.syspath_prepend(str(root / "tests"))
+    import cpuacct
+
+    if not cpuacct.available():
+        pytest.skip("no writable cgroup v1 cpuacct on this machine")
+    stage = cpuacct.StageCgroup(f"harness-test-{os.getpid()}")
+    stage.create()
+    try:
+        burn = "import time; end = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
+        argv = stage.wrap(["sh", "-c", f"{sys.executable} -c '{burn}' & wait"])
+        subprocess.run(argv, check=True, env={**os.environ, **stage.env()})
+        used = stage.usage()
+        assert 0.5 <= used.cpu < 5, used
+    finally:
+        stage.path.rmdir()
+    tests = tmp_path / "cpu-tests-x.tsv"
+    tests.write_text("test\twall_s\tuser_s\tsystem_s\tcpu_s\na::b\t3.0\t1.0\t0.5\t1.5\nc::d\t1.0\t2.0\t0.5\t2.5\n")
+    assert cpuacct.read_tests(tests) == [("c::d", 1.0, 2.5), ("a::b", 3.0, 1.5)]
+
+
+def test_the_ceph_fixture_image_is_keyed_by_the_playbooks_package_list(tmp_path: Path, root: Path):
+    """The Ceph fixture's image holds what tests/ceph/server.yml installs, read from the playbook itself;
+    its tag changes with that list and with the node image under it."""
+    packages = image.ceph_packages(root)
+    assert {"ceph-mon", "ceph-mgr", "ceph-osd", "ceph-mds"} <= set(packages)
+    copy = tmp_path / "tests" / "ceph"
+    copy.mkdir(parents=True)
+    playbook = (root / "tests" / "ceph" / "server.yml").read_text()
+    (copy / "server.yml").write_text(playbook)
+    assert image.ceph_image_tag(tmp_path) == image.ceph_image_tag(root)
+    (copy / "server.yml").write_text(playbook.replace("uuid-runtime]", "uuid-runtime, strace]"))
+    assert image.ceph_image_tag(tmp_path) != image.ceph_image_tag(root)
+    assert image.ceph_image_tag(root, "trixie") != image.ceph_image_tag(root)
+    (copy / "server.yml").write_text(playbook.replace("Install the Ceph daemons", "Install them"))
+    with pytest.raises(CorectlError, match="no task named"):
+        image.ceph_packages(tmp_path)

@@ -449,7 +449,7 @@ def _detach_terminal() -> None:
 ENV_KEPT = frozenset(
     {
         "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "COLORTERM",
-        "COLUMNS", "LINES", "NO_COLOR", "SSH_AUTH_SOCK", "VIRTUAL_ENV", "DOCKER_HOST",
+        "XDG_CACHE_HOME", "COLUMNS", "LINES", "NO_COLOR", "SSH_AUTH_SOCK", "VIRTUAL_ENV", "DOCKER_HOST",
         "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
     }
 )  # fmt: skip

@@ -60,11 +60,15 @@ def lab_down(inventory: LabInventoryOpt = "lab", wait: WaitOpt = 0) -> None:
 
 
 @lab_app.command("image")
-def lab_image(release: options.ReleaseOpt = "bookworm") -> None:
+def lab_image(
+    release: options.ReleaseOpt = "bookworm",
+    ceph: Annotated[bool, typer.Option("--ceph", help="the lab's Ceph fixture's image (on the node image)")] = False,
+) -> None:
     """Build the stand-in node image of a Debian release if missing (starting Docker if needed); print its tag."""
-    from corectl.commands.lab import ensure_image
+    from corectl.commands.lab import ensure_ceph_image, ensure_image
+    from corectl.site import project_root
 
-    out.print(ensure_image(release=release))
+    out.print(ensure_ceph_image(project_root(), release) if ceph else ensure_image(release=release))
 
 
 @lab_app.command("replace")

@@ -14,7 +14,7 @@ import time
 from corectl import secrets
 from corectl.ansible import run_standalone
 from corectl.errors import CorectlError
-from corectl.lab.image import ensure_image
+from corectl.lab.image import ensure_ceph_image
 from corectl.lab.nodes import LabSpec, start_container, wait_booted
 
 CLIENT = "corectl"
@@ -38,7 +38,8 @@ def _stored_key(spec: LabSpec) -> str | None:
 def ensure(spec: LabSpec) -> str:
     """Start the Ceph container and its cluster (idempotent); return the monitor address."""
     name = container(spec)
-    start_container(spec, f"{spec.prefix}ceph", spec.ceph_address(), ensure_image(release=spec.release))
+    image = ensure_ceph_image(spec.site.root, spec.release)
+    start_container(spec, f"{spec.prefix}ceph", spec.ceph_address(), image)
     wait_booted(name)
     key = _stored_key(spec) or new_cephx_key()
     inventory = {

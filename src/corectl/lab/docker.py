@@ -15,6 +15,21 @@ DOCKERD_LOG = Path("/var/log/corectl-dockerd.log")
 
 # Every container and network a lab (or a test fixture) starts carries LABEL=<site or owner>.
 LABEL = "corectl.lab"
+# Set by the test stages (tests/stages.py, tests/cpuacct.py): the cgroup a stage's containers go
+# below, so that the stage's CPU includes theirs, and the stage's name as a label.
+CGROUP_PARENT_ENV = "CORECTL_CGROUP_PARENT"
+STAGE_ENV = "CORECTL_STAGE"
+STAGE_LABEL = "corectl.stage"
+
+
+def accounting_flags() -> list[str]:
+    """``docker run`` flags that put a container in the running test stage's accounts (none outside one)."""
+    flags = []
+    if parent := os.environ.get(CGROUP_PARENT_ENV):
+        flags.append(f"--cgroup-parent={parent}")
+    if stage := os.environ.get(STAGE_ENV):
+        flags.append(f"--label={STAGE_LABEL}={stage}")
+    return flags
 
 
 def docker(*args: str, check: bool = True, input_bytes: bytes | None = None) -> str:

@@ -7,6 +7,7 @@ and any change to the recipe produces a new tag (molecule and the lab always agr
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from corectl.errors import CorectlError
-from corectl.lab.docker import docker, ensure_engine, image_exists
+from corectl.lab.docker import accounting_flags, docker, ensure_engine, image_exists
 
 IMAGE_REPO = "corectl-node"
 # The Debian releases a stand-in node can run, by debootstrap's suite name; the first is the default
@@ -33,6 +34,7 @@ PACKAGES = (
     "dbus",
     "iproute2",
     "openssh-server",
+    "eatmydata",  # test speed only: dpkg in the stand-ins runs under it (SETUP_SCRIPT)
 )
 
 # Runs inside the debootstrapped tree (chroot). Every container must get its own machine-id
@@ -115,10 +117,36 @@ RemainAfterExit=yes
 ExecStart=/usr/local/sbin/corectl-standin-nsid
 
 [Install]
-WantedBy=multi-user.target
+WantedBy=slurmd.service
 UNIT
+# Only where slurmd runs (its first start by role slurm, and every boot after): on the other
+# stand-ins (the head, Ceph, molecule's other scenarios) it was only CPU spent at each boot.
+mkdir -p /etc/systemd/system/slurmd.service.wants
 ln -sf /etc/systemd/system/corectl-standin-nsid.service \
-  /etc/systemd/system/multi-user.target.wants/corectl-standin-nsid.service
+  /etc/systemd/system/slurmd.service.wants/corectl-standin-nsid.service
+# Test speed, in the stand-in images only (never in roles; a real node keeps dpkg's own safety):
+# dpkg unpacks without fsync (force-unsafe-io) and apt runs it under eatmydata (its database,
+# maintainer scripts and triggers skip fsync too); daemons are started by systemd, without it.
+# A container's files live in the host's page cache: only a crash of this machine could lose
+# them, and no test outlives that. No documentation, manual pages or translations are unpacked.
+cat > /etc/dpkg/dpkg.cfg.d/corectl-standin <<'CFG'
+force-unsafe-io
+path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/info/*
+path-exclude=/usr/share/locale/*
+path-include=/usr/share/locale/locale.alias
+CFG
+cat > /usr/local/sbin/corectl-standin-dpkg <<'SCRIPT'
+#!/bin/sh
+exec /usr/bin/eatmydata /usr/bin/dpkg "$@"
+SCRIPT
+chmod 0755 /usr/local/sbin/corectl-standin-dpkg
+echo 'Dir::Bin::dpkg "/usr/local/sbin/corectl-standin-dpkg";' > /etc/apt/apt.conf.d/90corectl-standin
+find /usr/share/doc -mindepth 1 -not -name copyright -not -type d -delete
+rm -rf /usr/share/man/* /usr/share/info/*
+find /usr/share/locale -mindepth 1 -maxdepth 1 -not -name locale.alias -exec rm -rf {} +
 # A console getty has no console to talk to in a container.
 ln -sf /dev/null /etc/systemd/system/console-getty.service
 cat > /etc/apt/sources.list <<SOURCES
@@ -217,3 +245,58 @@ def ensure_image(quiet: bool = False, release: str = DEFAULT_RELEASE) -> str:
     if release == DEFAULT_RELEASE:
         docker("tag", tag, f"{IMAGE_REPO}:latest")
     return tag
+
+
+# The lab's Ceph fixture (tests/ceph/server.yml) is infrastructure beside the stand-in nodes, not a
+# node under test: its daemons' packages are installed once into an image of their own, keyed by the
+# node image and the playbook's package list, and the playbook then only configures and starts them.
+CEPH_REPO = "corectl-ceph"
+CEPH_PLAYBOOK = Path("tests") / "ceph" / "server.yml"
+CEPH_INSTALL_TASK = "Install the Ceph daemons"
+
+
+def ceph_packages(root: Path) -> list[str]:
+    """The packages tests/ceph/server.yml installs (its install task's list: one source)."""
+    import yaml
+
+    playbook = root / CEPH_PLAYBOOK
+    for play in yaml.safe_load(playbook.read_text()):
+        for task in play.get("tasks", []):
+            if task.get("name") == CEPH_INSTALL_TASK:
+                return list(task["ansible.builtin.apt"]["name"])
+    raise CorectlError(f"{playbook}: no task named {CEPH_INSTALL_TASK!r}")
+
+
+def ceph_image_tag(root: Path, release: str = DEFAULT_RELEASE) -> str:
+    recipe = {"node": image_tag(release), "packages": ceph_packages(root)}
+    return f"{CEPH_REPO}:{hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]}"
+
+
+def ensure_ceph_image(root: Path, release: str = DEFAULT_RELEASE) -> str:
+    """The Ceph fixture's image tag, built from the release's node image when this machine lacks it."""
+    tag = ceph_image_tag(root, release)
+    node = ensure_image(quiet=True, release=release)
+    if image_exists(tag):
+        return tag
+    lock = root / "build" / f".{CEPH_REPO}-{release}.lock"  # two labs starting at once build it once
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not image_exists(tag):
+            _build_ceph_image(root, node, tag)
+    return tag
+
+
+def _build_ceph_image(root: Path, node: str, tag: str) -> None:
+    builder = f"corectl-ceph-build-{os.getpid()}"
+    packages = " ".join(ceph_packages(root))
+    install = (
+        "set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+        f"{packages} >/dev/null; apt-get clean"
+    )
+    docker("rm", "--force", builder, check=False)
+    try:
+        docker("run", "--name", builder, *accounting_flags(), node, "sh", "-c", install)
+        docker("commit", "--change", 'CMD ["/sbin/init"]', builder, tag)
+    finally:
+        docker("rm", "--force", builder, check=False)

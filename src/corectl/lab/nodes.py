@@ -19,7 +19,7 @@ from corectl import secrets as site_secrets
 from corectl.errors import CorectlError
 from corectl.files import atomic_write, write_if_changed
 from corectl.lab import bmc, repo
-from corectl.lab.docker import LABEL, docker, ensure_engine
+from corectl.lab.docker import LABEL, accounting_flags, docker, ensure_engine
 from corectl.lab.image import DEFAULT_RELEASE, check_release, ensure_image
 from corectl.site import Site
 
@@ -413,6 +413,7 @@ def start_container(spec: LabSpec, hostname: str, address: str, image: str, ssh_
         *publish,
         f"--label={LABEL}={spec.site.name}",
         f"--label=corectl.node={hostname}",
+        *accounting_flags(),
         *NODE_FLAGS,
         f"--volume={hosts}:/etc/hosts",
         RESTART_POLICY,

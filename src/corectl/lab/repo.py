@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from corectl.errors import CorectlError
-from corectl.lab.docker import LABEL, docker, ensure_engine
+from corectl.lab.docker import LABEL, accounting_flags, docker, ensure_engine
 from corectl.lab.image import ensure_image
 from corectl.site import project_root
 
@@ -62,6 +62,7 @@ def serve(container: str, network: str, address: str, label: str) -> str:
             f"--network={network}",
             f"--ip={address}",
             f"--label={LABEL}={label}",
+            *accounting_flags(),
             f"--volume={root}:/srv/repo:ro",
             ensure_image(),
             "python3",
