@@ -52,9 +52,7 @@ def one_run(name: str, argv: list[str], env: dict[str, str], log: Path) -> tuple
     wall = time.monotonic() - start
     sampler.stop.set()
     sampler.sample()
-    outside = sampler.outside(name)
-    used = group.usage()
-    return wall, used.cpu + outside[0] + outside[1], proc.returncode == 0
+    return wall, group.usage(sampler).cpu, proc.returncode == 0
 
 
 def variant(pairs: list[str]) -> dict[str, str]:

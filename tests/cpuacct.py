@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corectl.lab.docker import CGROUP_PARENT_ENV, STAGE_ENV, STAGE_LABEL
+from corectl.lab.nodes import remove_cgroup_tree
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 PARENT = "corectl-test"
@@ -79,7 +80,7 @@ class StageCgroup:
         figures are counted from now)."""
         if self.path.is_dir():
             with contextlib.suppress(OSError):
-                _remove_tree(self.path)
+                remove_cgroup_tree(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.start = (*stat(self.path), machine_iowait())
 
@@ -91,15 +92,14 @@ class StageCgroup:
     def env(self) -> dict[str, str]:
         return {CGROUP_PARENT_ENV: self.docker_parent, ENV_DIR: str(self.path), STAGE_ENV: self.name}
 
-    def usage(self) -> Usage:
+    def usage(self, sampler: ContainerSampler | None = None) -> Usage:
+        """Since create(): the cgroup's CPU, plus the last readings of the stage's containers outside it
+        (molecule's) when a sampler watched them."""
         user, system = stat(self.path)
+        if sampler is not None:
+            outside = sampler.outside(self.name)
+            user, system = user + outside[0], system + outside[1]
         return Usage(user - self.start[0], system - self.start[1], machine_iowait() - self.start[2])
-
-
-def _remove_tree(path: Path) -> None:
-    for directory in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        directory.rmdir()
-    path.rmdir()
 
 
 class ContainerSampler:

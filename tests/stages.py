@@ -135,11 +135,7 @@ class Stages:
                     rc = proc.wait()
         if rc and not note:
             note = f"exit {rc}"
-        usage = None
-        if group is not None and self.sampler is not None:
-            usage = group.usage()
-            outside = self.sampler.outside(name)
-            usage.user, usage.system = usage.user + outside[0], usage.system + outside[1]
+        usage = group.usage(self.sampler) if group is not None else None
         outcome = Outcome(name, lane, start - self.t0, time.monotonic() - start, rc == 0 and not note, note, usage)
         return self._finish(outcome, log)
 

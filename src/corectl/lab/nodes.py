@@ -656,11 +656,16 @@ def remove_slurm_cgroups(node_names: list[str], cgroup_root: Path = CGROUP_ROOT)
     removed = 0
     for name in node_names:
         for tree in cgroup_root.glob(f"*/slurm_{name}"):
-            for directory in sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                directory.rmdir()
-            tree.rmdir()
+            remove_cgroup_tree(tree)
             removed += 1
     return removed
+
+
+def remove_cgroup_tree(tree: Path) -> None:
+    """A cgroup and every cgroup below it, deepest first (a cgroup's files go with its directory)."""
+    for directory in sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        directory.rmdir()
+    tree.rmdir()
 
 
 def down(site: Site) -> list[str]:
