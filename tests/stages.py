@@ -233,25 +233,29 @@ def scenarios() -> list[str]:
 
 class Images:
     """Each release's stand-in image, built once by the first lane that asks for it (stage image or
-    image-<release>), and the Ceph fixture's image on it (image-ceph[-<release>]); a lane asking
-    meanwhile waits for that build. None: the build failed."""
+    image-<release>), and the images on it: the Ceph fixture's (image-ceph[-<release>]) and the baked one
+    with the roles' Debian packages (image-baked[-<release>], molecule's nodes); a lane asking meanwhile
+    waits for that build. None: the build failed."""
+
+    KINDS = ("node", "ceph", "baked")
 
     def __init__(self, stages: Stages) -> None:
         self.stages = stages
-        self.locks = {(release, ceph): threading.Lock() for release in RELEASES for ceph in (False, True)}
-        self.tags: dict[tuple[str, bool], str | None] = {}
+        self.locks = {(release, kind): threading.Lock() for release in RELEASES for kind in self.KINDS}
+        self.tags: dict[tuple[str, str], str | None] = {}
 
-    def tag(self, release: str = RELEASES[0], lane: int = 1, ceph: bool = False) -> str | None:
-        if ceph and self.tag(release, lane) is None:
+    def tag(self, release: str = RELEASES[0], lane: int = 1, kind: str = "node") -> str | None:
+        if kind != "node" and self.tag(release, lane) is None:
             return None
-        with self.locks[(release, ceph)]:
-            if (release, ceph) not in self.tags:
-                name = "image-ceph" if ceph else "image"
+        with self.locks[(release, kind)]:
+            if (release, kind) not in self.tags:
+                name = "image" if kind == "node" else f"image-{kind}"
                 name = name if release == RELEASES[0] else f"{name}-{release}"
-                argv = [str(BIN / "corectl"), "lab", "image", "--release", release, *(["--ceph"] if ceph else [])]
+                option = [] if kind == "node" else [f"--{kind}"]
+                argv = [str(BIN / "corectl"), "lab", "image", "--release", release, *option]
                 built = self.stages.run(name, lane, argv)
-                self.tags[(release, ceph)] = (BUILD / f"{name}.log").read_text().split()[-1] if built else None
-            return self.tags[(release, ceph)]
+                self.tags[(release, kind)] = (BUILD / f"{name}.log").read_text().split()[-1] if built else None
+            return self.tags[(release, kind)]
 
 
 class CpuLog:
@@ -357,8 +361,9 @@ class MoleculeQueue:
         while (item := self.take()) is not None:
             name, release = item
             try:
-                tag = self.images.tag(release, lane)
-                ceph = self.images.tag(release, lane, ceph=True) if name in CEPH_SCENARIOS else None
+                # the baked image: the install from the bare one is proven by each lab's first provision
+                tag = self.images.tag(release, lane, kind="baked")
+                ceph = self.images.tag(release, lane, kind="ceph") if name in CEPH_SCENARIOS else None
                 ran = tag is not None and (ceph is not None or name not in CEPH_SCENARIOS)
                 ok = ran and self.stages.molecule(name, lane, tag, release, ceph) and ok
             finally:

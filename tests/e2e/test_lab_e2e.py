@@ -31,6 +31,7 @@ from corectl import secrets
 from corectl.ansible.runner import control_path_dir
 from corectl.health.report import last_verdicts
 from corectl.lab.docker import accounting_flags
+from corectl.lab.nodes import NODE_IMAGE_ENV
 from corectl.site import resolve_site
 
 pytestmark = pytest.mark.lab
@@ -158,9 +159,20 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def first_provision(lab_up: Path) -> subprocess.CompletedProcess[str]:
-    """The lab's first provision (from bare stand-ins to a working cluster)."""
-    return corectl("provision", "--inventory", str(lab_up))
+def first_provision(lab_up: Path) -> Iterator[subprocess.CompletedProcess[str]]:
+    """The lab's first provision (from bare stand-ins to a working cluster). It proved every role's install
+    from the bare image; the nodes the tests add from then on start from the baked image (the same Debian
+    packages already in it: tests/standin/node-packages.yml, issue 45)."""
+    result = corectl("provision", "--inventory", str(lab_up))
+    before = os.environ.get(NODE_IMAGE_ENV)
+    os.environ[NODE_IMAGE_ENV] = "baked"
+    try:
+        yield result
+    finally:
+        if before is None:
+            os.environ.pop(NODE_IMAGE_ENV, None)
+        else:
+            os.environ[NODE_IMAGE_ENV] = before
 
 
 @pytest.fixture(scope="module")

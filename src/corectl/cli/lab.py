@@ -63,12 +63,23 @@ def lab_down(inventory: LabInventoryOpt = "lab", wait: WaitOpt = 0) -> None:
 def lab_image(
     release: options.ReleaseOpt = "bookworm",
     ceph: Annotated[bool, typer.Option("--ceph", help="the lab's Ceph fixture's image (on the node image)")] = False,
+    baked: Annotated[
+        bool,
+        typer.Option("--baked", help="the node image with every Debian package the roles install"),
+    ] = False,
 ) -> None:
     """Build the stand-in node image of a Debian release if missing (starting Docker if needed); print its tag."""
-    from corectl.commands.lab import ensure_ceph_image, ensure_image
+    from corectl.commands.lab import ensure_baked_image, ensure_ceph_image, ensure_image
     from corectl.site import project_root
 
-    out.print(ensure_ceph_image(project_root(), release) if ceph else ensure_image(release=release))
+    if ceph and baked:
+        raise CorectlError("--ceph and --baked: choose one image", exit_code=2)
+    if ceph:
+        out.print(ensure_ceph_image(project_root(), release))
+    elif baked:
+        out.print(ensure_baked_image(project_root(), release))
+    else:
+        out.print(ensure_image(release=release))
 
 
 @lab_app.command("replace")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from corectl import secrets
 from corectl.lab import ceph, repo
-from corectl.lab.image import ensure_ceph_image, ensure_image
+from corectl.lab.image import ensure_baked_image, ensure_ceph_image, ensure_image
 from corectl.lab.nodes import LabNode, LabSpec, add, down, replace_node, up
 from corectl.site.inventory import render_site
 
 __all__ = [
-    "LabSpec", "add", "down", "ensure_ceph_image", "ensure_image", "lab_up", "replace_node", "repo_serve", "repo_stop",
-    "up_lines",
+    "LabSpec", "add", "down", "ensure_baked_image", "ensure_ceph_image", "ensure_image", "lab_up", "replace_node",
+    "repo_serve", "repo_stop", "up_lines",
 ]  # fmt: skip
 
 

@@ -288,15 +288,99 @@ def ensure_ceph_image(root: Path, release: str = DEFAULT_RELEASE) -> str:
 
 
 def _build_ceph_image(root: Path, node: str, tag: str) -> None:
-    builder = f"corectl-ceph-build-{os.getpid()}"
     packages = " ".join(ceph_packages(root))
     install = (
         "set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
         f"{packages} >/dev/null; apt-get clean"
     )
+    _commit_image(node, tag, install, "corectl-ceph-build")
+
+
+def _commit_image(base: str, tag: str, script: str, builder: str) -> None:
+    """Run ``script`` in a container of ``base`` and commit the result as ``tag`` (booting /sbin/init)."""
+    builder = f"{builder}-{os.getpid()}"
     docker("rm", "--force", builder, check=False)
     try:
-        docker("run", "--name", builder, *accounting_flags(), node, "sh", "-c", install)
+        docker("run", "--name", builder, *accounting_flags(), base, "sh", "-c", script)
         docker("commit", "--change", 'CMD ["/sbin/init"]', builder, tag)
     finally:
         docker("rm", "--force", builder, check=False)
+
+
+# The baked image (tests/standin/node-packages.yml): a release's node image with every Debian package the
+# roles install, for molecule's nodes and the nodes a test adds after its lab's first provision (whose
+# install the first provision proved on the bare image). Packages only: the services they enabled are
+# disabled, the keys their maintainer scripts made removed; munge and slurm get the roles' fixed IDs first.
+BAKED_REPO = "corectl-baked"
+BAKED_LIST = Path("tests") / "standin" / "node-packages.yml"
+BAKED_USERS = ("munge", "slurm")
+
+BAKE_SCRIPT = r"""
+set -eu
+for spec in IDS; do
+  name=${spec%%:*}; ids=${spec#*:}; uid=${ids%%:*}; gid=${ids#*:}
+  getent group "$name" >/dev/null || groupadd --system --gid "$gid" "$name"
+  getent passwd "$name" >/dev/null || useradd --system --uid "$uid" --gid "$name" --home-dir /nonexistent \
+    --no-create-home --shell /usr/sbin/nologin "$name"
+done
+links() { find /etc/systemd/system -type l \( -path '*.wants/*' -o -path '*.requires/*' \) | sort; }
+links > /tmp/corectl-units-before
+apt-get update -qq
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -qq WITH >/dev/null
+apt-get install -y -qq --no-install-recommends WITHOUT >/dev/null
+links | comm -13 /tmp/corectl-units-before - | xargs -r rm -f
+rm -f /tmp/corectl-units-before /etc/munge/munge.key /etc/ssl/private/ssl-cert-snakeoil.key \
+  /etc/ssl/certs/ssl-cert-snakeoil.pem
+apt-get clean
+"""
+
+
+def baked_packages(root: Path) -> tuple[list[str], list[str]]:
+    """The baked packages (tests/standin/node-packages.yml): those with apt's recommends, those without."""
+    import yaml
+
+    path = root / BAKED_LIST
+    try:
+        data = yaml.safe_load(path.read_text())
+        return sorted(data["packages"]), sorted(data["packages_without_recommends"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise CorectlError(f"{path}: cannot read the baked package lists ({exc})") from None
+
+
+def baked_ids(root: Path) -> dict[str, tuple[int, int]]:
+    """munge's and slurm's fixed UID and GID, from their roles' defaults (one source)."""
+    import yaml
+
+    ids = {}
+    for name in BAKED_USERS:
+        defaults = yaml.safe_load((root / "roles" / name / "defaults" / "main.yml").read_text())
+        ids[name] = (int(defaults[f"{name}_uid"]), int(defaults[f"{name}_gid"]))
+    return ids
+
+
+def bake_script(root: Path) -> str:
+    with_recommends, without = baked_packages(root)
+    ids = " ".join(f"{name}:{uid}:{gid}" for name, (uid, gid) in baked_ids(root).items())
+    script = BAKE_SCRIPT.replace("IDS", ids).replace("WITHOUT", " ".join(without))
+    return script.replace("WITH", " ".join(with_recommends))
+
+
+def baked_image_tag(root: Path, release: str = DEFAULT_RELEASE) -> str:
+    recipe = {"node": image_tag(release), "script": bake_script(root)}
+    return f"{BAKED_REPO}:{hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]}"
+
+
+def ensure_baked_image(root: Path, release: str = DEFAULT_RELEASE) -> str:
+    """The release's baked image tag, built from its node image when this machine lacks it."""
+    tag = baked_image_tag(root, release)
+    node = ensure_image(quiet=True, release=release)
+    if image_exists(tag):
+        return tag
+    lock = root / "build" / f".{BAKED_REPO}-{release}.lock"  # two lanes asking at once build it once
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not image_exists(tag):
+            _commit_image(node, tag, bake_script(root), "corectl-bake")
+    return tag

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import secrets
 import shutil
 import socket
@@ -20,7 +21,7 @@ from corectl.errors import CorectlError
 from corectl.files import atomic_write, write_if_changed
 from corectl.lab import bmc, repo
 from corectl.lab.docker import LABEL, accounting_flags, docker, ensure_engine
-from corectl.lab.image import DEFAULT_RELEASE, check_release, ensure_image
+from corectl.lab.image import DEFAULT_RELEASE, check_release, ensure_baked_image, ensure_image
 from corectl.site import Site
 
 # The flags measured to run systemd as PID 1 here (see docs/testing.md); molecule's shared
@@ -41,6 +42,12 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # A reboot inside a node ends its systemd (exit 0): Docker starts it again, like a machine coming
 # back. A container its BMC stand-in killed (power off) stays off until the BMC starts it.
 RESTART_POLICY = "--restart=unless-stopped"
+# Where the containers started from now on begin: the bare node image (what `corectl lab up` gives an
+# operator), or with CORECTL_LAB_NODE_IMAGE=baked the image with the roles' Debian packages in it: the
+# end-to-end tests set it once their lab's first provision has proven the install from the bare image, so
+# the nodes they add later skip the downloads and unpacking (issue 45; tests/standin/node-packages.yml).
+NODE_IMAGE_ENV = "CORECTL_LAB_NODE_IMAGE"
+NODE_IMAGES = ("bare", "baked")
 
 
 @dataclass(frozen=True)
@@ -503,6 +510,15 @@ def _check_ssh(spec: LabSpec, key: Path) -> None:
             raise CorectlError(f"ssh to {node.name} (127.0.0.1:{node.ssh_port}) failed: {detail[-1] if detail else ''}")
 
 
+def node_image(spec: LabSpec, node: str) -> str:
+    """The image a new container of ``node`` starts from (NODE_IMAGE_ENV)."""
+    kind = os.environ.get(NODE_IMAGE_ENV, "") or NODE_IMAGES[0]
+    if kind not in NODE_IMAGES:
+        raise CorectlError(f"{NODE_IMAGE_ENV}={kind}: one of {', '.join(NODE_IMAGES)}", exit_code=2)
+    release = spec.release_of(node)
+    return ensure_baked_image(spec.site.root, release) if kind == "baked" else ensure_image(release=release)
+
+
 def up(spec: LabSpec) -> list[LabNode]:
     ensure_engine()
     _refuse_foreign_leftovers(spec.site)
@@ -551,7 +567,7 @@ def _start_nodes(spec: LabSpec, nodes: list[LabNode], key: Path) -> None:
     public_key = key.with_suffix(".pub").read_text()
     runners = spec.runner_hosts()
     for node in [*nodes, *runners]:
-        start_container(spec, node.name, node.address, ensure_image(release=spec.release_of(node.name)), node.ssh_port)
+        start_container(spec, node.name, node.address, node_image(spec, node.name), node.ssh_port)
     for node in [*nodes, *runners]:
         container = spec.container(node.name)
         wait_booted(container)
@@ -611,7 +627,7 @@ def add(site: Site, bare: bool = False, head: bool = False, release: str | None 
 def _start_bare(spec: LabSpec, node: LabNode) -> None:
     """A stand-in like a freshly installed machine: no corectl key, an admin user with a password in .lab/."""
     container = spec.container(node.name)
-    start_container(spec, node.name, node.address, ensure_image(release=spec.release_of(node.name)), node.ssh_port)
+    start_container(spec, node.name, node.address, node_image(spec, node.name), node.ssh_port)
     wait_booted(container)
     if not node.head:
         _ensure_gpu_devices(container)
