@@ -146,6 +146,8 @@ def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_relea
 
     class FakeStages:
         def molecule(self, name: str, lane: int, tag: str, release: str, ceph: str | None) -> bool:
+            assert tag == f"corectl-baked:{release}", tag  # molecule's nodes start from the baked image
+            assert (ceph == f"corectl-ceph:{release}") == (name in stages.CEPH_SCENARIOS), (name, ceph)
             with guard:
                 if any(other == name for other, _ in running):
                     clash.append(name)
@@ -160,8 +162,8 @@ def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_relea
             return not (name == "users" and release == "trixie")  # one failing stage
 
     class FakeImages:
-        def tag(self, release: str, lane: int, ceph: bool = False) -> str:
-            return f"corectl-{'ceph' if ceph else 'node'}:{release}"
+        def tag(self, release: str, lane: int, kind: str = "node") -> str:
+            return f"corectl-{kind}:{release}"
 
     queue = stages.MoleculeQueue(FakeStages(), FakeImages(), ["users", "slurm", "zeta", "gpu"], list(stages.RELEASES))
     assert queue.waiting[:2] == [("slurm", "bookworm"), ("slurm", "trixie")] and queue.waiting[-1][0] == "zeta"
