@@ -216,6 +216,44 @@ def test_a_restore_loads_the_dump_and_puts_the_saved_state_back(restorable: tupl
     assert result["kept_aside"] == str(aside) and (aside / "job_state").read_bytes() == b"newer state"
 
 
+def test_a_state_directory_that_cannot_be_renamed_is_moved_aside_by_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A directory from the node's image on an overlay (a package's, in a container image; an overlay root) refuses
+    rename with EXDEV: what was there is still kept aside whole, and the backup's state takes its place."""
+    import errno
+
+    loader = importlib.machinery.SourceFileLoader("corectl_backup_exdev", str(PROGRAM))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    state = tmp_path / "slurmctld"
+    (state / "hash.1").mkdir(parents=True)
+    (state / "job_state").write_bytes(b"older")
+    (state / "hash.1" / "job.1").write_bytes(b"script")
+    archive = tmp_path / "state.tar.gz"
+    source = tmp_path / "from-backup" / "slurmctld"
+    source.mkdir(parents=True)
+    (source / "job_state").write_bytes(b"backed up")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname="slurmctld")
+    real_rename = os.rename
+
+    def rename(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        if Path(str(src)) == state:  # the image's directory: the overlay refuses
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        real_rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+    aside = module.unpack(archive, "slurmctld", state, "20261128T000000Z")
+    assert aside == str(tmp_path / "slurmctld.before-restore-20261128T000000Z")
+    assert (Path(aside) / "job_state").read_bytes() == b"older"
+    assert (Path(aside) / "hash.1" / "job.1").read_bytes() == b"script"
+    assert (state / "job_state").read_bytes() == b"backed up"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 def test_a_restore_refuses_a_backup_that_does_not_verify_and_changes_nothing(restorable: tuple[Path, str]):
     head, name = restorable
     (head / "backups" / name / "slurmctld-state.tar.gz").write_bytes(b"not what was archived")
