@@ -268,32 +268,37 @@ def ceph_packages(root: Path) -> list[str]:
 
 
 def ceph_image_tag(root: Path, release: str = DEFAULT_RELEASE) -> str:
-    recipe = {"node": image_tag(release), "packages": ceph_packages(root)}
-    return f"{CEPH_REPO}:{hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]}"
+    return _derived_tag(CEPH_REPO, release, {"packages": ceph_packages(root)})
 
 
 def ensure_ceph_image(root: Path, release: str = DEFAULT_RELEASE) -> str:
     """The Ceph fixture's image tag, built from the release's node image when this machine lacks it."""
-    tag = ceph_image_tag(root, release)
+    install = (
+        "set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+        f"{' '.join(ceph_packages(root))} >/dev/null; apt-get clean"
+    )
+    return _ensure_derived(root, release, ceph_image_tag(root, release), install, "corectl-ceph-build")
+
+
+def _derived_tag(repo: str, release: str, recipe: dict) -> str:
+    """An image made on a release's node image: its tag, keyed by the node image's tag and ``recipe``."""
+    keyed = {"node": image_tag(release), **recipe}
+    return f"{repo}:{hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]}"
+
+
+def _ensure_derived(root: Path, release: str, tag: str, script: str, builder: str) -> str:
+    """``tag``, built by running ``script`` on the release's node image when this machine lacks it; two
+    processes asking at once (two lanes, two labs) build it once."""
     node = ensure_image(quiet=True, release=release)
     if image_exists(tag):
         return tag
-    lock = root / "build" / f".{CEPH_REPO}-{release}.lock"  # two labs starting at once build it once
+    lock = root / "build" / f".{tag.split(':', 1)[0]}-{release}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if not image_exists(tag):
-            _build_ceph_image(root, node, tag)
+            _commit_image(node, tag, script, builder)
     return tag
-
-
-def _build_ceph_image(root: Path, node: str, tag: str) -> None:
-    packages = " ".join(ceph_packages(root))
-    install = (
-        "set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
-        f"{packages} >/dev/null; apt-get clean"
-    )
-    _commit_image(node, tag, install, "corectl-ceph-build")
 
 
 def _commit_image(base: str, tag: str, script: str, builder: str) -> None:
@@ -367,20 +372,9 @@ def bake_script(root: Path) -> str:
 
 
 def baked_image_tag(root: Path, release: str = DEFAULT_RELEASE) -> str:
-    recipe = {"node": image_tag(release), "script": bake_script(root)}
-    return f"{BAKED_REPO}:{hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]}"
+    return _derived_tag(BAKED_REPO, release, {"script": bake_script(root)})
 
 
 def ensure_baked_image(root: Path, release: str = DEFAULT_RELEASE) -> str:
     """The release's baked image tag, built from its node image when this machine lacks it."""
-    tag = baked_image_tag(root, release)
-    node = ensure_image(quiet=True, release=release)
-    if image_exists(tag):
-        return tag
-    lock = root / "build" / f".{BAKED_REPO}-{release}.lock"  # two lanes asking at once build it once
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        if not image_exists(tag):
-            _commit_image(node, tag, bake_script(root), "corectl-bake")
-    return tag
+    return _ensure_derived(root, release, baked_image_tag(root, release), bake_script(root), "corectl-bake")
