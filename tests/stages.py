@@ -1,10 +1,10 @@
 """`make test`: every test stage in two lanes side by side, and a time table at the end.
 
-    lane 1: the stand-in node image (Docker engine included), then the end-to-end lab suite
-            (pytest -m lab), the longest stage, so it starts first
-    lane 2: lint (ruff, lint-imports, ansible-lint), the unit tests (pytest -m "not lab ..."),
-            then the molecule stages, then the smaller end-to-end test on a Debian 13 lab of its
-            own (lab-trixie)
+    lane 1: the stand-in node image (Docker engine included), then the end-to-end lab suite but its
+            second_lab tests (pytest -m "lab and not second_lab"), then the smaller end-to-end test on
+            a Debian 13 lab of its own (lab-trixie), then molecule stages
+    lane 2: lint (ruff, lint-imports, ansible-lint), the unit tests (pytest -m "not lab ..."), then
+            the suite's second_lab tests on a second lab (lab-fleet), then molecule stages
 
 The molecule stages are one queue, most costly first: every scenario on Debian 12 (bookworm:
 molecule-<scenario>) and on Debian 13 (trixie: molecule-<scenario>-trixie), never one scenario on
@@ -16,8 +16,10 @@ tail is printed, and its first error lines again at the very end (where a reader
 looks). build/cpu.log has the machine's CPU use every 10 s, and the end says how busy it was.
 Exit status 1 when any stage failed.
 
-Two lanes, not more: the run keeps both cores about 93 % busy (measured, session 27), so a third
-lane (the suite split over two labs, `lab-fleet` below) only adds the second lab's set-up.
+Two lanes, not more: a third lane kept both cores about 93 % busy (session 27), so it would only add
+its lab's set-up. The suite is split over two labs because one lab was the critical path: with the
+whole suite on lane 1 the second core idled for the run's last ~1,000-1,800 s (session 30: 79 %
+busy; CI stopped the lab stage at its 4,800 s limit), against the second lab's set-up (~300-400 CPU-s).
 
     python tests/stages.py [all | check | lint | unit | image | lab | lab-fleet | lab-trixie
                             | molecule [RELEASE ...] [SCENARIO ...]]
@@ -420,16 +422,19 @@ def main(argv: list[str]) -> int:
     def lab(name: str, lane: int, argv: list[str], env: dict[str, str], release: str = RELEASES[0]) -> bool:
         return images.tag(release, lane) is not None and stages.run(name, lane, argv, env, LAB_STAGE_LIMIT_S)
 
+    # In `all` the suite is split over two labs: the second_lab tests (independent of the others' state) run
+    # on a second lab in lane 2 while lane 1 runs the rest; a lane takes molecule stages once its labs are done.
     def lab_then_molecule() -> bool:
-        ran = lab("lab", 1, lab_tests, lab_env)
-        return queue.work(1) and ran
+        ran = lab("lab", 1, [*lab_run, "-m", "lab and not second_lab"], lab_env)
+        release = lab(f"lab-{RELEASES[1]}", 1, release_tests, release_env, RELEASES[1])
+        return queue.work(1) and ran and release
 
     def checks_then_molecule() -> bool:
         linted = lint(stages, lane=2)
         unit = stages.run("unit", 2, unit_tests)
+        fleet = lab("lab-fleet", 2, fleet_tests, fleet_env)
         molecule = queue.work(2)
-        release = lab(f"lab-{RELEASES[1]}", 2, release_tests, release_env, RELEASES[1])
-        return molecule and release and unit and linted
+        return molecule and fleet and unit and linted
 
     stages_of = {
         "all": lambda: in_parallel(lab_then_molecule, checks_then_molecule),
@@ -469,7 +474,8 @@ def report(stages: Stages, cpu: CpuLog) -> int:
     for name in failed:
         for line in first_errors(BUILD / f"{name}.log"):
             print(f"{name}: {line}", flush=True)
-    print(f"stages: {len(stages.outcomes) - len(failed)} passed, {len(failed)} failed", flush=True)
+    why = ": " + ", ".join(f"{o.name} ({o.note})" for o in stages.outcomes if not o.ok) if failed else ""
+    print(f"stages: {len(stages.outcomes) - len(failed)} passed, {len(failed)} failed{why}", flush=True)
     if "image" in failed:
         print("the image failed: the lab and molecule stages did not run", flush=True)
     return 1 if failed else 0
