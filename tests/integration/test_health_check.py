@@ -131,7 +131,7 @@ class SimNode:
             "edac_sysfs_root": str(root / "sysfs" / "devices" / "system" / "edac" / "mc"),
             "nvme_count": 10,
             "nvme_sysfs_root": str(root / "sysfs" / "class" / "nvme"),
-            "nvme_smart_command": ["gpu-sim", "nvme-smart-log", "{device}"],
+            "nvme_smart_command": [str(STANDIN / "gpusim" / "gpu-sim-nvme"), "smart-log", "{device}"],
             "ib_rate_gbps": 400,
             "ib_ports": 8,
             "gpudirect_module": "nvidia_peermem",

@@ -270,6 +270,36 @@ def test_faults_change_outputs(node: Node):
     assert bad_index.stderr == "gpu-sim: gpus.9: no such list item\n"
 
 
+def test_gpu_sim_nvme_prints_the_smart_log_gpu_sim_keeps_for_each_drive(node: Node):
+    """gpu-sim-nvme (the shell stand-in for `nvme smart-log`, which the lab's health check runs per drive) prints
+    what `gpu-sim nvme-smart-log` prints from the state, through a warning, a drive gone and the clear."""
+    nvme = str(STANDIN / "gpusim" / "gpu-sim-nvme")
+
+    def both(device: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+        argv = [nvme, "smart-log", device, "--output-format=json"]
+        shell = subprocess.run(argv, env=node.env, capture_output=True, text=True, check=False)
+        return shell, node.run("gpu-sim", "nvme-smart-log", device, check=None)
+
+    def same(device: str) -> dict:
+        shell, python = both(device)
+        assert (shell.returncode, shell.stdout) == (python.returncode, python.stdout) == (0, python.stdout), device
+        return json.loads(shell.stdout)
+
+    assert same("/dev/nvme3")["critical_warning"] == 0
+    node.run("gpu-sim", "fault", "nvme-warning", "--device", "nvme3")
+    node.run("gpu-sim", "fault", "nvme-missing", "--device", "nvme9")
+    assert same("/dev/nvme3")["critical_warning"] == 0x04
+    for device in ("/dev/nvme9", "/dev/nvme10", "/dev/sda"):
+        shell, python = both(device)
+        assert shell.returncode == python.returncode == 1, (device, shell, python)
+        assert shell.stdout == python.stdout == ""
+        assert "No such file or directory" in shell.stderr and "No such file or directory" in python.stderr
+    wrong = subprocess.run([nvme, "smart-log", "/dev/nvme0", "-H"], env=node.env, capture_output=True, check=False)
+    assert wrong.returncode == 2
+    node.run("gpu-sim", "clear")
+    assert same("/dev/nvme3")["critical_warning"] == 0 and same("/dev/nvme9")["media_errors"] == 0
+
+
 def test_persistenced(node: Node):
     proc = node.start("nvidia-persistenced", "--user", "nvidia-persistenced", "--persistence-mode", "--verbose")
     wait_for(lambda: all(g["persistence_mode"] for g in node.state()["gpus"]))
@@ -581,6 +611,11 @@ def test_installed_layout_works(repo: Path, tmp_path: Path):
     assert len(tool("nvidia-smi", "-L").splitlines()) == 8
     assert tool("nv-fabricmanager", "--version").strip() == "Fabric Manager version is : 580.95.05"
     assert "Version : 4.2.3" in tool("dcgmi", "--version")
+    smart = subprocess.run(
+        [str(root / "usr" / "bin" / "gpu-sim-nvme"), "smart-log", "/dev/nvme9", "--output-format=json"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert json.loads(smart)["critical_warning"] == 0
     # the real enroot: its helpers are ELF binaries, its configuration enroot's own
     assert (root / "usr" / "bin" / "enroot-nsenter").read_bytes()[:4] == b"\x7fELF"
     assert "ENROOT_SQUASH_OPTIONS" in (root / "etc" / "enroot" / "enroot.conf").read_text()

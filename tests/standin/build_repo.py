@@ -172,6 +172,8 @@ def gpu_sim_package() -> Package:
     pkg = Package("gpu-sim", "1.0-1", "simulated NVIDIA GPUs for test nodes", arch="all", depends=["python3"])
     pkg.add_source("/usr/lib/gpu-sim/gpusim.py", "gpusim/gpusim.py")
     pkg.add_source("/usr/bin/gpu-sim", "gpusim/gpu_sim.py", 0o755)
+    # nvme-cli's smart-log for the simulated drives (a shell script: the health check reads each drive each run)
+    pkg.add_source("/usr/bin/gpu-sim-nvme", "gpusim/gpu-sim-nvme", 0o755)
     # nccl-tests' all_reduce_perf (built from GitHub on real nodes), answering for the simulated GPUs
     pkg.add_source("/usr/bin/gpu-sim-all-reduce-perf", "nccltests/all_reduce_perf.py", 0o755)
     # perftest's ib_write_bw (Debian's perftest needs an RDMA device), answering for the simulated ports

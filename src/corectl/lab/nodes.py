@@ -299,9 +299,11 @@ LAB_GROUP_VARS = {
     "slurm_health_check_interval": 30,
     "node_health_ib_sysfs_root": "/var/lib/gpu-sim/sysfs/class/infiniband",
     "node_health_edac_sysfs_root": "/var/lib/gpu-sim/sysfs/devices/system/edac/mc",
-    # and its NVMe drives (a tree like /sys/class/nvme, SMART logs in nvme-cli's JSON)
+    # and its NVMe drives (a tree like /sys/class/nvme, SMART logs in nvme-cli's JSON; gpu-sim-nvme, a shell
+    # stand-in for `nvme smart-log`, prints the log gpu-sim keeps per drive: ten Python stand-ins a health run
+    # were most of its CPU on this 2-core machine)
     "node_health_nvme_sysfs_root": "/var/lib/gpu-sim/sysfs/class/nvme",
-    "node_health_nvme_smart_command": ["gpu-sim", "nvme-smart-log", "{device}"],
+    "node_health_nvme_smart_command": ["gpu-sim-nvme", "smart-log", "{device}", "--output-format=json"],
     "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
     "corectl_heal_kernel_log": ["gpu-sim", "kernel-log"],  # what heal keeps before a reboot
     # nccl-tests' all_reduce_perf (burn-in, validation): the stand-in answering for the simulated GPUs (gpu-sim's

@@ -584,6 +584,15 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
+def _replace_text(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+SMART_LOG_FILE = "gpu-sim-smart-log.json"  # in each drive's fake sysfs directory (tests/standin/gpusim/gpu-sim-nvme)
+
+
 def nvme_drives(state: dict[str, Any]) -> list[str]:
     """The stand-in NVMe controllers present (a missing one has left the bus)."""
     missing = set(state.get("nvme", {}).get("missing", []))
@@ -667,9 +676,12 @@ def write_sysfs(state: dict[str, Any]) -> None:
                 "model": "gpu-sim NVMe " + ("boot drive" if boot else "data drive"),
                 "serial": f"GPUSIM{int(name[4:]):04d}",
             }
+            # and its SMART log as nvme-cli prints it, read by gpu-sim-nvme (a shell stand-in: the health
+            # check reads every drive each run, and a Python stand-in per drive was most of a run's CPU)
+            files[SMART_LOG_FILE] = json.dumps(nvme_smart_log(state, name), indent=2)
             for file, text in files.items():
                 if _read_text(nvme / name / file) != text + "\n":
-                    (nvme / name / file).write_text(text + "\n")
+                    _replace_text(nvme / name / file, text + "\n")  # a reader never sees half a log
         # host memory controllers (EDAC): <sysfs>/devices/system/edac/mc/mc<N>/{ue_count,ce_count}
         edac = sysfs_root() / "devices" / "system" / "edac" / "mc"
         for name, counts in {**{f"mc{n}": {} for n in range(EDAC_CONTROLLERS)}, **state.get("edac", {})}.items():
