@@ -6,9 +6,12 @@ process, so both see the same machine in the same minutes. Printed: each round's
 system of the checker and everything it started, from getrusage), each variant's median and B/A.
 
     .venv/bin/python bench/health_run.py --rounds 6 --runs 5
+    .venv/bin/python bench/health_run.py --a-tree /tmp/old/tests/standin --a-nvme shell
 
-A: `gpu-sim nvme-smart-log {device}` (a Python stand-in per drive, the lab's reader until session 31);
-B: `gpu-sim-nvme smart-log {device}` (the shell stand-in the lab and molecule/gpu use now).
+A variant is a stand-in tree (default: this checkout's tests/standin; another commit's with `git archive
+<commit> tests/standin | tar -x -C /tmp/old`) and a SMART reader: python, `gpu-sim nvme-smart-log {device}` (a
+Python stand-in per drive, the lab's reader until session 31), or shell, `gpu-sim-nvme smart-log {device}`
+(the shell stand-in the lab and molecule/gpu use now). Default: A python, B shell, both this checkout's tree.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 from test_health_check import SimNode  # noqa: E402
 
-from conftest import STANDIN  # noqa: E402
+from conftest import CHECKER_TOOLS, STANDIN  # noqa: E402
 
-VARIANTS = {
-    "A": ["gpu-sim", "nvme-smart-log", "{device}"],
-    "B": [str(STANDIN / "gpusim" / "gpu-sim-nvme"), "smart-log", "{device}", "--output-format=json"],
+READERS = {
+    "python": lambda tree: ["gpu-sim", "nvme-smart-log", "{device}"],
+    "shell": lambda tree: [str(tree / "gpusim" / "gpu-sim-nvme"), "smart-log", "{device}", "--output-format=json"],
 }
 
 
@@ -47,25 +50,40 @@ def cpu_per_run(node: SimNode, runs: int) -> float:
     return (children_cpu() - before) / runs
 
 
+def sim_node(root: Path, tree: Path, reader: str) -> SimNode:
+    """A simulated healthy DGX whose stand-in tools come from ``tree``, reading SMART logs with ``reader``."""
+    root.mkdir()
+    node = SimNode(root)  # described with this checkout's gpu-sim (which keeps the drives' SMART logs)
+    for name, script in CHECKER_TOOLS.items():  # SimNode's wrappers, pointed at this variant's tree
+        wrapper = node.bin / name
+        wrapper.write_text(wrapper.read_text().replace(str(STANDIN / script), str(tree / script)))
+    node.config["nvme_smart_command"] = READERS[reader](tree)
+    return node
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--runs", type=int, default=5, help="checker runs per round and variant")
+    for name, reader in (("a", "python"), ("b", "shell")):
+        parser.add_argument(f"--{name}-tree", type=Path, default=STANDIN, help=f"variant {name.upper()}'s stand-ins")
+        parser.add_argument(f"--{name}-nvme", choices=sorted(READERS), default=reader)
     args = parser.parse_args()
-    cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    variants = {"A": (args.a_tree.resolve(), args.a_nvme), "B": (args.b_tree.resolve(), args.b_nvme)}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="bench-health-") as tmp:
-        node = SimNode(Path(tmp))
+        nodes = {name: sim_node(Path(tmp) / name, *variant) for name, variant in variants.items()}
         try:
             for round_ in range(args.rounds):
-                for name in VARIANTS if round_ % 2 == 0 else reversed(VARIANTS):
-                    node.config["nvme_smart_command"] = VARIANTS[name]
-                    cpu[name].append(cpu_per_run(node, args.runs))
+                for name in variants if round_ % 2 == 0 else reversed(variants):
+                    cpu[name].append(cpu_per_run(nodes[name], args.runs))
                     print(f"round {round_ + 1} {name}: {cpu[name][-1]:.3f} CPU-s per checker run", flush=True)
         finally:
-            node.close()
-    for name, command in VARIANTS.items():
-        print(f"{name}: median {statistics.median(cpu[name]):.3f} CPU-s per run  ({' '.join(command)})")
-    a, b = (statistics.median(cpu[name]) for name in VARIANTS)
+            for node in nodes.values():
+                node.close()
+    for name, (tree, reader) in variants.items():
+        print(f"{name}: median {statistics.median(cpu[name]):.3f} CPU-s per run  ({tree}, SMART reader {reader})")
+    a, b = (statistics.median(cpu[name]) for name in variants)
     print(f"B/A: {b / a:.2f} of the CPU of a health check run")
     return 0
 

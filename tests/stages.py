@@ -24,7 +24,7 @@ busy; CI stopped the lab stage at its 4,800 s limit), against the second lab's s
     python tests/stages.py [all | check | lint | unit | image | lab | lab-fleet | lab-trixie
                             | molecule [RELEASE ...] [SCENARIO ...]]
 
-`check` is the inner loop (`make check`): lint, then the unit and integration tests.
+`check` is the inner loop (`make check`): lint beside the unit and integration tests (on two pytest-xdist workers).
 
 RELEASE is bookworm or trixie (default: both). `lab-fleet` runs the suite's second_lab tests
 (independent of the others' state) and its every_lab secret scan on a second lab of their own
@@ -439,7 +439,10 @@ def main(argv: list[str]) -> int:
     stages_of = {
         "all": lambda: in_parallel(lab_then_molecule, checks_then_molecule),
         "lint": lambda: lint(stages),
-        "check": lambda: lint(stages) & stages.run("unit", 1, unit_tests),
+        # the inner loop beside lint, on both cores (pytest-xdist): make check
+        "check": lambda: all(
+            in_parallel(lambda: lint(stages), lambda: stages.run("unit", 2, [*unit_tests, "-n", "2"]))
+        ),
         "unit": lambda: stages.run("unit", 1, unit_tests),
         "image": images.tag,
         "lab": lambda: lab("lab", 1, lab_tests, lab_env),

@@ -16,11 +16,14 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 _HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "lib" / "gpu-sim"), "/usr/lib/gpu-sim"]
 import gpusim  # noqa: E402
+
+if TYPE_CHECKING:  # annotations only: a tool started on every health check imports no more than it runs
+    from typing import Any
 
 EXIT_NO_CONNECTION = 255
 EXIT_DIAG_FAIL = 226

@@ -33,11 +33,14 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 _HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "lib" / "gpu-sim"), "/usr/lib/gpu-sim"]
 import gpusim  # noqa: E402
+
+if TYPE_CHECKING:  # annotations only: a tool started on every health check imports no more than it runs
+    from typing import Any
 
 # lost-gpu: fallen off the bus, back after a cold start (power off and on); dead-gpu: never back
 # pcie-narrow: the link trained at x8 of x16 (while busy); hbm-hot: its memory at 100 C; ib-errors: 1,000

@@ -20,17 +20,18 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import signal
-import socket
 import stat
-import tempfile
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+# Every stand-in tool imports this module, and the health check starts several of them on every run: what only
+# some functions need (socket, uuid, tempfile, shutil, threading) is imported there, not here.
+if TYPE_CHECKING:
+    import threading
+    from typing import Any
 
 DEFAULT_MODEL = "NVIDIA H100 80GB HBM3"
 DEFAULT_MEMORY_MIB = 81559
@@ -45,7 +46,7 @@ HOSTENGINE_PORT = 5555
 # PCI bus numbers of the eight SXM GPUs of a DGX H100, in nvidia-smi index order.
 PCI_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 NVIDIA_MAJOR = 195
-_UUID_NAMESPACE = uuid.UUID("5d1f4c1e-8f0b-4c8e-9a53-6e1b0c5a7d21")
+_UUID_NAMESPACE = "5d1f4c1e-8f0b-4c8e-9a53-6e1b0c5a7d21"
 
 # Clock event (throttle) reason bits, as NVML defines them.
 THROTTLE_BITS = {
@@ -140,6 +141,8 @@ def log_kernel(line: str) -> None:
     """Log ``line`` as the kernel logs it: into the node's journal with identifier kernel, facility kern and
     priority warning, from where the node's syslog forwarding takes it as it takes a real node's kernel lines
     (a container has no kernel ring buffer of its own). Without a journal (a test on a bare machine): nothing."""
+    import socket
+
     fields = {"MESSAGE": line, "SYSLOG_IDENTIFIER": "kernel", "SYSLOG_FACILITY": "0", "PRIORITY": "4"}
     target = journal_socket()
     if not target.is_socket():
@@ -167,6 +170,8 @@ def loaded_modules() -> list[str]:
 
 def write_modules(names: list[str]) -> None:
     """Write the module list atomically, one /proc/modules line per module."""
+    import tempfile
+
     path = modules_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(f"{name} 16384 0 - Live 0x0000000000000000\n" for name in names)
@@ -241,7 +246,9 @@ def cuda_version(driver: str | None) -> str:
 
 
 def gpu_uuid(hostname: str, index: int) -> str:
-    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{hostname}/{index}')}"
+    import uuid
+
+    return f"GPU-{uuid.uuid5(uuid.UUID(_UUID_NAMESPACE), f'{hostname}/{index}')}"
 
 
 def pci_bus_id(index: int) -> str:
@@ -312,6 +319,8 @@ def new_ib_port(index: int) -> dict[str, Any]:
 def new_state(
     hostname: str | None = None, gpus: int = 8, model: str = DEFAULT_MODEL, nvswitch: bool = True
 ) -> dict[str, Any]:
+    import socket
+
     host = hostname or socket.gethostname()
     return {
         "hostname": host,
@@ -347,6 +356,8 @@ def load_or_none() -> dict[str, Any] | None:
 
 def save(state: dict[str, Any]) -> None:
     """Write the description atomically (temp file + rename), then refresh the fake sysfs tree."""
+    import tempfile
+
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -416,6 +427,8 @@ def compute_apps(state: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, 
 
 def hostengine_request(host: str, port: int, payload: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
     """One request of nv-hostengine's JSON line protocol (the client side used by dcgmi and dcgm-exporter)."""
+    import socket
+
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(json.dumps(payload).encode() + b"\n")
         data = b""
@@ -533,15 +546,24 @@ def gpu_clients(state: dict[str, Any]) -> list[str]:
     return clients
 
 
-_TERMINATED = threading.Event()
+_TERMINATED: list[threading.Event] = []  # made by the first daemon call (threading only where it is needed)
+
+
+def _terminated() -> threading.Event:
+    if not _TERMINATED:
+        import threading
+
+        _TERMINATED.append(threading.Event())
+    return _TERMINATED[0]
 
 
 def catch_termination() -> None:
     """Catch SIGTERM/SIGINT from now on: a daemon calls this before it changes any state, so a
     signal during start-up still ends in its clean shutdown (as the real daemons do)."""
+    terminated = _terminated()
 
     def stop(_signum: int, _frame: object) -> None:
-        _TERMINATED.set()
+        terminated.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -552,7 +574,7 @@ def run_until_terminated(on_exit: Callable[[], None]) -> int:
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         catch_termination()
     try:
-        _TERMINATED.wait()
+        _terminated().wait()
     finally:
         on_exit()
     return 0
@@ -560,6 +582,8 @@ def run_until_terminated(on_exit: Callable[[], None]) -> int:
 
 def notify_ready() -> None:
     """sd_notify READY=1 when started by systemd with Type=notify (a no-op otherwise)."""
+    import socket
+
     address = os.environ.get("NOTIFY_SOCKET")
     if not address:
         return
@@ -643,6 +667,8 @@ def _ib_rate_text(gbps: int) -> str:
 
 def write_sysfs(state: dict[str, Any]) -> None:
     """Mirror the IB ports into <sysfs>/class/infiniband/<dev>/ports/<port>/{state,phys_state,rate}."""
+    import shutil
+
     root = sysfs_root() / "class" / "infiniband"
     try:
         for port in state.get("ib_ports", []):
