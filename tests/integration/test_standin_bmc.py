@@ -118,7 +118,7 @@ def start_bmc(tmp_path: Path, docker: FakeDocker):
     pwfile = tmp_path / "password"
     pwfile.write_text(PASSWORD + "\n")
 
-    def start(protocol: str, docker_delay: float = 0) -> Bmc:
+    def start(protocol: str, docker_delay: float = 0, container: str = CONTAINER) -> Bmc:
         address = REDFISH_ADDR if protocol == "redfish" else IPMI_ADDR
         port = free_port(address, socket.SOCK_STREAM if protocol == "redfish" else socket.SOCK_DGRAM)
         tmpdir = tmp_path / f"tmp-{len(procs)}"
@@ -139,7 +139,7 @@ def start_bmc(tmp_path: Path, docker: FakeDocker):
             "--port",
             str(port),
             "--container",
-            CONTAINER,
+            container,
             "--system-name",
             "dgx01",
             "--user",
@@ -154,7 +154,7 @@ def start_bmc(tmp_path: Path, docker: FakeDocker):
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 20)
         line = proc.stdout.readline() if ready else ""
-        assert line == f"bmc ready: {protocol} {address}:{port} {CONTAINER}\n", line + proc.stdout.read()
+        assert line == f"bmc ready: {protocol} {address}:{port} {container}\n", line + proc.stdout.read()
         return Bmc(proc, address, port, tmpdir)
 
     try:
@@ -340,9 +340,12 @@ def test_lab_down_stops_bmcs_it_has_no_pid_file_for(start_bmc, tmp_path: Path) -
     from corectl.lab import bmc as lab_bmc
     from corectl.site import Site
 
-    ours, theirs = start_bmc("redfish"), start_bmc("ipmi")
+    # a container name of this test's own: stop_all stops every BMC serving it on this machine, and another
+    # test's BMC (CONTAINER) may be running beside this one (make check runs two pytest workers)
+    container = f"corectl-test-{os.getpid()}-dgx01"
+    ours, theirs = start_bmc("redfish", container=container), start_bmc("ipmi", container=container)
     site = Site(root=ROOT, directory=tmp_path / "fresh" / "test")
     lab_bmc.stop_all(site, {"corectl-other-dgx01"})
     assert ours.proc.poll() is None and theirs.proc.poll() is None
-    lab_bmc.stop_all(site, {CONTAINER})
+    lab_bmc.stop_all(site, {container})
     assert ours.proc.wait(timeout=10) == 0 and theirs.proc.wait(timeout=10) == 0
