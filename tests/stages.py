@@ -400,6 +400,7 @@ def main(argv: list[str]) -> int:
     unit_tests = [*pytest, "-m", "not lab and not lab_release"]
     # the suite's second half on a second lab beside the first (tests/e2e/test_lab_e2e.py's LABS)
     fleet_tests = [*lab_run, "-m", "second_lab or every_lab"]
+    first_lab_tests = [*lab_run, "-m", "lab and not second_lab"]  # the rest, beside it (make test)
     images = Images(stages)
 
     asked = argv[1:] if what == "molecule" else []
@@ -425,7 +426,7 @@ def main(argv: list[str]) -> int:
     # In `all` the suite is split over two labs: the second_lab tests (independent of the others' state) run
     # on a second lab in lane 2 while lane 1 runs the rest; a lane takes molecule stages once its labs are done.
     def lab_then_molecule() -> bool:
-        ran = lab("lab", 1, [*lab_run, "-m", "lab and not second_lab"], lab_env)
+        ran = lab("lab", 1, first_lab_tests, lab_env)
         release = lab(f"lab-{RELEASES[1]}", 1, release_tests, release_env, RELEASES[1])
         return queue.work(1) and ran and release
 

@@ -401,7 +401,7 @@ def cmd_nvme_smart_log(args: argparse.Namespace) -> int:
     name = args.device.removeprefix("/dev/")
     if name not in gpusim.nvme_drives(state):
         return _die(f"{args.device}: No such file or directory")
-    print(json.dumps(gpusim.nvme_smart_log(state, name), indent=2))
+    print(gpusim.nvme_smart_log_text(state, name))
     return 0
 
 

@@ -170,11 +170,15 @@ def loaded_modules() -> list[str]:
 
 def write_modules(names: list[str]) -> None:
     """Write the module list atomically, one /proc/modules line per module."""
-    import tempfile
-
     path = modules_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(f"{name} 16384 0 - Live 0x0000000000000000\n" for name in names)
+    write_text_atomic(path, "".join(f"{name} 16384 0 - Live 0x0000000000000000\n" for name in names))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (mode 0644) through a temporary file: a reader sees the old or the new."""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
@@ -608,12 +612,6 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _replace_text(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
 SMART_LOG_FILE = "gpu-sim-smart-log.json"  # in each drive's fake sysfs directory (tests/standin/gpusim/gpu-sim-nvme)
 
 
@@ -647,6 +645,12 @@ def nvme_smart_log(state: dict[str, Any], name: str) -> dict[str, Any]:
         "warning_temp_time": 0,
         "critical_comp_time": 0,
     }
+
+
+def nvme_smart_log_text(state: dict[str, Any], name: str) -> str:
+    """The SMART log as `nvme smart-log -o json` prints it (without its last newline): what `gpu-sim
+    nvme-smart-log` prints and what gpu-sim-nvme reads from the drive's SMART_LOG_FILE."""
+    return json.dumps(nvme_smart_log(state, name), indent=2)
 
 
 # The error counters of an mlx5 port's counters/ directory the checks read (and link_downed)
@@ -704,10 +708,10 @@ def write_sysfs(state: dict[str, Any]) -> None:
             }
             # and its SMART log as nvme-cli prints it, read by gpu-sim-nvme (a shell stand-in: the health
             # check reads every drive each run, and a Python stand-in per drive was most of a run's CPU)
-            files[SMART_LOG_FILE] = json.dumps(nvme_smart_log(state, name), indent=2)
+            files[SMART_LOG_FILE] = nvme_smart_log_text(state, name)
             for file, text in files.items():
                 if _read_text(nvme / name / file) != text + "\n":
-                    _replace_text(nvme / name / file, text + "\n")  # a reader never sees half a log
+                    write_text_atomic(nvme / name / file, text + "\n")  # a reader never sees half a log
         # host memory controllers (EDAC): <sysfs>/devices/system/edac/mc/mc<N>/{ue_count,ce_count}
         edac = sysfs_root() / "devices" / "system" / "edac" / "mc"
         for name, counts in {**{f"mc{n}": {} for n in range(EDAC_CONTROLLERS)}, **state.get("edac", {})}.items():
