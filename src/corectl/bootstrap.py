@@ -11,7 +11,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
+import select
 import shlex
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,7 +126,35 @@ def _run(client: paramiko.SSHClient, login: Login, script: str) -> str:
     return out
 
 
-def _channel(node: Node) -> paramiko.ProxyCommand | tuple[str, int]:
+class JumpCommand(paramiko.ProxyCommand):
+    """The `ssh -W` to the node through its jump host, as paramiko's socket. paramiko's own ProxyCommand keeps
+    reading after that ssh has ended (an unreachable jump host, a refused login) until its timeout, a core busy all
+    the while (15 CPU-seconds per node); this one fails at the end of ssh's output with what ssh said."""
+
+    def recv(self, size: int) -> bytes:
+        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+        if not ready:
+            raise TimeoutError("no answer through the jump host")
+        data = os.read(self.process.stdout.fileno(), size)
+        if not data:
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self._said())
+        return data
+
+    def close(self) -> None:
+        if self.process.poll() is None:  # (paramiko's signals a process that may be gone already)
+            self.process.terminate()
+
+    def _said(self) -> str:
+        """ssh's last words on stderr (it has ended: its stdout is closed)."""
+        try:
+            self.process.wait(timeout=CONNECT_TIMEOUT)
+            said = self.process.stderr.read().decode(errors="replace").strip().splitlines()
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            said = []
+        return said[-1] if said else f"ssh ended (exit status {self.process.returncode})"
+
+
+def _channel(node: Node) -> JumpCommand | tuple[str, int]:
     """How to reach the node's sshd: directly, or through its jump host (cluster.yml jump_host,
     as Ansible's ProxyJump does; the jump host's key is checked by the operator's ssh config)."""
     if not node.jump_host:
@@ -133,7 +164,7 @@ def _channel(node: Node) -> paramiko.ProxyCommand | tuple[str, int]:
     command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT:.0f}"]
     if hops:
         command += ["-J", ",".join(hops)]
-    return paramiko.ProxyCommand(shlex.join([*command, "-W", f"{target}:{node.ssh_port}", f"ssh://{last}"]))
+    return JumpCommand(shlex.join([*command, "-W", f"{target}:{node.ssh_port}", f"ssh://{last}"]))
 
 
 def bootstrap_node(
@@ -145,6 +176,9 @@ def bootstrap_node(
         transport.start_client(timeout=CONNECT_TIMEOUT)
         server_key = transport.get_remote_server_key()
         transport.close()
+    except paramiko.ProxyCommandFailure as exc:
+        said = exc.error
+        raise CorectlError(f"{node.name}: cannot reach {name} through jump host {node.jump_host}: {said}") from None
     except (OSError, paramiko.SSHException) as exc:
         via = f" through jump host {node.jump_host}" if node.jump_host else ""
         raise CorectlError(f"{node.name}: cannot reach {name}{via}: {exc}") from None

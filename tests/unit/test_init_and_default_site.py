@@ -4,8 +4,10 @@ the lab) and `corectl init SITE` (a commented cluster.yml that validates, group_
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
+import paramiko
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -105,3 +107,42 @@ def test_bootstrap_goes_through_the_jump_host(project: Path):
     command = bootstrap._channel(chained).cmd
     assert command[command.index("-J") + 1] == "admin@bastion:2222"
     assert command[-3:] == ["-W", "10.10.1.11:22", "ssh://ops@[2001:db8::1]:22"]
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again when the socket is
+
+
+def test_an_unreachable_jump_host_fails_at_once_with_what_ssh_said(project: Path):
+    """Bootstrap through a jump host that refuses the connection ends with ssh's own words (paramiko's ProxyCommand
+    kept reading after ssh had ended, one core busy until its 15 s timeout, and said only that no SSH banner came)."""
+    site = resolve_site("prod", root=project)
+    node = load_cluster(site.directory).node("dgx01")
+    behind = node.model_copy(update={"jump_host": f"nobody@127.0.0.1:{closed_port()}"})
+    with pytest.raises(CorectlError) as raised:
+        login = bootstrap.Login("root", "not-sent")
+        bootstrap.bootstrap_node(site, behind, login, "ssh-ed25519 AAAA", "root", lambda *_: True)
+    message = str(raised.value)
+    assert message.startswith(f"dgx01: cannot reach 10.10.1.11 through jump host {behind.jump_host}: ssh: ")
+    assert message.endswith("Connection refused"), message
+
+
+def test_the_jump_command_carries_bytes_both_ways_and_ends_with_its_command():
+    """JumpCommand is paramiko's socket: what is sent comes back through `cat`; at the end of its output the next
+    read fails, naming what the command said last."""
+    echo = bootstrap.JumpCommand("cat")
+    echo.settimeout(5)
+    assert echo.send(b"SSH-2.0-x\r\n") == 11
+    received = b""
+    while len(received) < 11:
+        received += echo.recv(64)
+    assert received == b"SSH-2.0-x\r\n"
+    echo.close()
+    said = bootstrap.JumpCommand("sh -c 'echo first >&2; echo channel 0: open failed >&2'")
+    said.settimeout(5)
+    with pytest.raises(paramiko.ProxyCommandFailure) as raised:
+        said.recv(64)
+    assert raised.value.error == "channel 0: open failed"
+    said.close()
