@@ -129,7 +129,15 @@ def _run(client: paramiko.SSHClient, login: Login, script: str) -> str:
 class JumpCommand(paramiko.ProxyCommand):
     """The `ssh -W` to the node through its jump host, as paramiko's socket. paramiko's own ProxyCommand keeps
     reading after that ssh has ended (an unreachable jump host, a refused login) until its timeout, a core busy all
-    the while (15 CPU-seconds per node); this one fails at the end of ssh's output with what ssh said."""
+    the while (15 CPU-seconds per node); this one fails at the end of ssh's output, or at a write after ssh ended,
+    with what ssh said."""
+
+    def send(self, content: bytes) -> int:
+        try:
+            self.process.stdin.write(content)
+        except OSError:  # (ssh ended before paramiko's first words: a broken pipe)
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self._said()) from None
+        return len(content)
 
     def recv(self, size: int) -> bytes:
         ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)

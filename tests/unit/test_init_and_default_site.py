@@ -131,7 +131,7 @@ def test_an_unreachable_jump_host_fails_at_once_with_what_ssh_said(project: Path
 
 def test_the_jump_command_carries_bytes_both_ways_and_ends_with_its_command():
     """JumpCommand is paramiko's socket: what is sent comes back through `cat`; at the end of its output the next
-    read fails, naming what the command said last."""
+    read fails, and after its end a write fails, naming what the command said last."""
     echo = bootstrap.JumpCommand("cat")
     echo.settimeout(5)
     assert echo.send(b"SSH-2.0-x\r\n") == 11
@@ -146,3 +146,11 @@ def test_the_jump_command_carries_bytes_both_ways_and_ends_with_its_command():
         said.recv(64)
     assert raised.value.error == "channel 0: open failed"
     said.close()
+    # ssh gone before paramiko's first words (its banner): the write fails the same way, not with a broken pipe
+    gone = bootstrap.JumpCommand("sh -c 'echo connect to host: Connection refused >&2'")
+    gone.process.wait(timeout=5)
+    with pytest.raises(paramiko.ProxyCommandFailure) as raised:
+        for _ in range(64):  # (the pipe's buffer may take the first writes)
+            gone.send(b"SSH-2.0-x\r\n" * 1024)
+    assert raised.value.error == "connect to host: Connection refused"
+    gone.close()
