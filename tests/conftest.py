@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -26,6 +27,13 @@ CHECKER_TOOLS = {
     "nv-hostengine": "dcgm/nv_hostengine.py",
 }
 STANDIN_DRIVER = "580.95.05"  # the driver the simulated nodes of the host-side tests run
+
+
+def closed_port() -> int:
+    """A loopback TCP port nothing listens on (a connection to it is refused: no packet leaves this machine)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again when the socket is
 
 
 def xid_catalog() -> dict[str, list[str]]:

@@ -136,7 +136,7 @@ class JumpCommand(paramiko.ProxyCommand):
         try:
             self.process.stdin.write(content)
         except OSError:  # (ssh ended before paramiko's first words: a broken pipe)
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self._said()) from None
+            raise self._ended() from None
         return len(content)
 
     def recv(self, size: int) -> bytes:
@@ -145,12 +145,15 @@ class JumpCommand(paramiko.ProxyCommand):
             raise TimeoutError("no answer through the jump host")
         data = os.read(self.process.stdout.fileno(), size)
         if not data:
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self._said())
+            raise self._ended()
         return data
 
     def close(self) -> None:
         if self.process.poll() is None:  # (paramiko's signals a process that may be gone already)
             self.process.terminate()
+
+    def _ended(self) -> paramiko.ProxyCommandFailure:
+        return paramiko.ProxyCommandFailure(" ".join(self.cmd), self._said())
 
     def _said(self) -> str:
         """ssh's last words on stderr (it has ended: its stdout is closed)."""
@@ -184,12 +187,10 @@ def bootstrap_node(
         transport.start_client(timeout=CONNECT_TIMEOUT)
         server_key = transport.get_remote_server_key()
         transport.close()
-    except paramiko.ProxyCommandFailure as exc:
-        said = exc.error
-        raise CorectlError(f"{node.name}: cannot reach {name} through jump host {node.jump_host}: {said}") from None
-    except (OSError, paramiko.SSHException) as exc:
+    except (OSError, paramiko.SSHException) as exc:  # (ProxyCommandFailure: the jump host's ssh ended, its words)
         via = f" through jump host {node.jump_host}" if node.jump_host else ""
-        raise CorectlError(f"{node.name}: cannot reach {name}{via}: {exc}") from None
+        said = exc.error if isinstance(exc, paramiko.ProxyCommandFailure) else exc
+        raise CorectlError(f"{node.name}: cannot reach {name}{via}: {said}") from None
     shown = f"{server_key.get_name()} {fingerprint(server_key)}"
     recorded = known_key(site.known_hosts, name)
     new = recorded is None

@@ -4,7 +4,6 @@ the lab) and `corectl init SITE` (a commented cluster.yml that validates, group_
 from __future__ import annotations
 
 import shutil
-import socket
 from pathlib import Path
 
 import paramiko
@@ -12,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, closed_port
 from corectl import bootstrap, secrets
 from corectl.cli import app
 from corectl.errors import CorectlError
@@ -107,12 +106,6 @@ def test_bootstrap_goes_through_the_jump_host(project: Path):
     command = bootstrap._channel(chained).cmd
     assert command[command.index("-J") + 1] == "admin@bastion:2222"
     assert command[-3:] == ["-W", "10.10.1.11:22", "ssh://ops@[2001:db8::1]:22"]
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # closed again when the socket is
 
 
 def test_an_unreachable_jump_host_fails_at_once_with_what_ssh_said(project: Path):

@@ -13,14 +13,13 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, closed_port
 
 CORECTL = str(Path(sys.executable).parent / "corectl")
 UNREACHABLE = re.compile(r"unreachable|cannot reach", re.IGNORECASE)
@@ -30,12 +29,6 @@ def readme_lines() -> list[str]:
     text = (ROOT / "README.md").read_text()
     block = text.split("## Using corectl", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip() and not line.startswith(". ")]
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # closed again when the socket is
 
 
 @pytest.fixture(scope="module")
