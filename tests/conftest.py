@@ -14,6 +14,10 @@ import pytest
 import cpuacct
 from corectl.site import Site
 
+# the end-to-end suite's fixtures (the lab, its first provision, the secret scan after every lab test) and the
+# order of its modules: one lab per pytest process, whichever of tests/e2e's modules run
+pytest_plugins = ["e2e.fixtures"]
+
 ROOT = Path(__file__).resolve().parents[1]
 STANDIN = ROOT / "tests" / "standin"  # the stand-ins of NVIDIA's and GitHub's software
 SAMPLES = ROOT / "tests" / "samples"  # real tool output (sources in SOURCES.md)

@@ -398,7 +398,7 @@ def main(argv: list[str]) -> int:
     # the smaller end-to-end test on the second release (its own lab: tests/e2e/test_release_e2e.py)
     release_tests = [*pytest, "-v", f"--timeout={LAB_TEST_LIMIT_S}", "-m", "lab_release", "tests/e2e"]
     unit_tests = [*pytest, "-m", "not lab and not lab_release"]
-    # the suite's second half on a second lab beside the first (tests/e2e/test_lab_e2e.py's LABS)
+    # the suite's second half on a second lab beside the first (tests/e2e/lab.py's LABS)
     fleet_tests = [*lab_run, "-m", "second_lab or every_lab"]
     first_lab_tests = [*lab_run, "-m", "lab and not second_lab"]  # the rest, beside it (make test)
     images = Images(stages)

@@ -1,7 +1,7 @@
 """The smaller end-to-end test on the second OS generation (issue 28): a lab of Debian 13 (trixie:
 Slurm 24.11, PMIx 5, systemd 257, Python 3.13) stand-ins, provisioned from scratch through the CLI,
 converged (the second provision changes nothing on any host), a job on both nodes, a container job
-through pyxis and enroot, and pam_slurm_adopt. The whole suite runs on Debian 12 (test_lab_e2e.py);
+through pyxis and enroot, and pam_slurm_adopt. The whole suite runs on Debian 12 (tests/e2e/test_*.py);
 this lab has its own site name, subnet, ports and node names, so both can run at once
 (tests/stages.py runs it in the second lane, after molecule)."""
 
@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_lab_e2e import (
+
+from e2e.lab import (
     CONTAINER_IMAGE,
     containers,
     corectl,

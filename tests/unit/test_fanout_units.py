@@ -1,6 +1,6 @@
 """Fan-out over runner hosts (cluster.yml control): shard planning, validation, the runner side.
 
-The runs themselves go through real SSH to runner stand-ins in tests/e2e/test_lab_e2e.py.
+The runs themselves go through real SSH to runner stand-ins in tests/e2e/test_fleet.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Node-local runs (cluster.yml node_local, issue 30): which runs and nodes go node-local, and the section's
-validation. The runs themselves go through real SSH to DGX stand-ins in tests/e2e/test_lab_e2e.py; what a node
+validation. The runs themselves go through real SSH to DGX stand-ins in tests/e2e/test_fleet.py; what a node
 receives is decoded from the real stream in tests/integration/test_jobpack.py."""
 
 from __future__ import annotations

@@ -1,0 +1,363 @@
+"""The head node: backups (local and to a backup host), a head restored from its backup, and the backup
+controller taking over from a killed head.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e.lab import (
+    DGX1,
+    HEAD,
+    NET,
+    PORT_BASE,
+    SITE,
+    P,
+    changes_shown,
+    corectl,
+    docker_exec,
+    exec_in,
+    job_state,
+    last_run_changes,
+    prometheus,
+    runs,
+    sbatch,
+    table_rows,
+    wait_for,
+)
+
+pytestmark = pytest.mark.lab
+
+
+def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab: Path):
+    """Issue 34: `corectl backup` takes the accounting database (one transaction), slurmctld's saved state and
+    corectl's own records, each checksummed; the head's timer service keeps the newest two (the lab's retention);
+    a damaged file is named and fails the listing."""
+    args = ("--inventory", str(lab))
+    marker = "e2e-backup-marker"
+    job = sbatch(f"--job-name={marker}", "--wrap", "true")
+    sacct = ("sacct", "-j", job, "-X", "-n", "-o", "State")
+    wait_for(lambda: docker_exec(HEAD, *sacct).split(), lambda states: states == ["COMPLETED"], 120)
+    docker_exec(HEAD, "rm", "-rf", "/shared/corectl-backups")  # this test's backups only
+    # the provision may have started Prometheus seconds ago: its snapshot holds a block once it holds samples
+    up = "/api/v1/query?query=up%7Bjob%3D%22node%22%7D"
+    wait_for(lambda: prometheus(HEAD, up)["data"]["result"], lambda series: len(series) >= 3, 120)
+    [taken] = json.loads(corectl("backup", *args, "--json").stdout)
+    assert (taken["host"], taken["verified"]) == (f"{P}head01", "ok"), taken
+    archives = ["prometheus-tsdb.tar.gz", "slurm_acct_db.sql.gz", "slurmctld-state.tar.gz"]
+    assert taken["files"] == ["corectl-site.tar.gz", *archives]
+    path = f"/shared/corectl-backups/{taken['name']}"
+    assert docker_exec(HEAD, "stat", "-c", "%a %U", "/shared/corectl-backups").split() == ["700", "root"]
+    # the dump holds the job just run; the state archive slurmctld's job state; corectl's archive the site as
+    # corectl keeps it, its secrets vault-encrypted and without the vault password
+    assert int(docker_exec(HEAD, "zgrep", "-c", marker, f"{path}/slurm_acct_db.sql.gz")) >= 1
+    assert "slurmctld/job_state" in docker_exec(HEAD, "tar", "-tzf", f"{path}/slurmctld-state.tar.gz").split()
+    # Prometheus's data through its snapshot API: the blocks (the head's samples written out as one), and no
+    # snapshot left in Prometheus's data directory
+    tsdb = docker_exec(HEAD, "tar", "-tzf", f"{path}/prometheus-tsdb.tar.gz").split()
+    assert [name for name in tsdb if re.fullmatch(r"prometheus/[0-9A-Z]{26}/meta\.json", name)], tsdb
+    assert docker_exec(HEAD, "ls", "-A", "/var/lib/prometheus/metrics2/snapshots").split() == []
+    # its admin API is on, so its port answers the head itself and operators' networks, not the nodes
+    reach = f"import socket; socket.create_connection(('{NET}.10', 9090), timeout=10)"
+    refused = exec_in(DGX1, "python3", "-c", reach)
+    assert refused.returncode == 1 and "ConnectionRefusedError" in refused.stderr, refused
+    site_files = docker_exec(HEAD, "tar", "-tzf", f"{path}/corectl-site.tar.gz").split()
+    assert {f"{lab.name}/cluster.yml", f"{lab.name}/secrets/munge.key"} <= set(site_files), site_files
+    assert not [name for name in site_files if ".vault-pass" in name or "/.lab" in name], site_files
+    munge = docker_exec(HEAD, "sh", "-c", f"tar -xzOf {path}/corectl-site.tar.gz {lab.name}/secrets/munge.key")
+    assert munge.startswith("$ANSIBLE_VAULT;"), munge[:40]
+    copy = subprocess.run(["docker", "exec", HEAD, "test", "-e", "/root/corectl-site.tar.gz"], check=False)
+    assert copy.returncode == 1  # corectl's copy of its archive is gone from the head
+    # the timer's own service twice more: three backups taken, the newest two kept, each verifying
+    assert docker_exec(HEAD, "systemctl", "is-enabled", "corectl-backup.timer").strip() == "enabled"
+    for _ in range(2):
+        docker_exec(HEAD, "systemctl", "start", "corectl-backup.service")  # oneshot: returns when it is done
+    kept = json.loads(corectl("backup", "--list", *args, "--json").stdout)
+    assert len(kept) == 2 and taken["name"] not in [k["name"] for k in kept], kept
+    assert [k["verified"] for k in kept] == ["ok", "ok"]
+    assert kept[-1]["files"] == archives  # the timer's: the head's own
+    # each outcome reaches Prometheus through node_exporter's textfile collector (role monitoring's alerts)
+    query = "/api/v1/query?query=corectl_backup_kept"
+
+    def kept_series() -> list:
+        return [(r["metric"]["node"], r["value"][1]) for r in prometheus(HEAD, query)["data"]["result"]]
+
+    assert wait_for(kept_series, lambda series: series == [(f"{P}head01", "2")], 90) == [(f"{P}head01", "2")]
+    # a byte changed in the newest dump: named, and the listing exits 1
+    newest = f"/shared/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
+    docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+    broken = corectl("backup", "--list", *args, check=False)
+    assert broken.returncode == 1, broken.stdout
+    rows = {row[0]: row[3] for row in table_rows(broken.stdout) if row[0].startswith("20")}
+    corrupt = "corrupt: slurm_acct_db.sql.gz does not match its checksum"
+    assert rows == {kept[0]["name"]: "ok", kept[-1]["name"]: corrupt}, broken.stdout
+
+
+CEPH = f"corectl-{SITE}-{P}ceph"  # the stand-in Ceph server's container: the backup host of the test below
+
+
+def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
+    """Issue 34: with backup.ssh naming a backup host (the Ceph stand-in's machine and its sshd), the head sends
+    each backup there with tar over SSH, logging in with the key corectl made for the site (`corectl secrets
+    backup-key`, the one line an operator puts in authorized_keys) and trusting only the pinned host key; the
+    listing verifies them there, the timer keeps the retention count there, nothing stays on the head, and a
+    restore check fetches one back. A host answering with another host key is refused."""
+    args = ("--inventory", str(lab))
+    cluster_yml = lab / "cluster.yml"
+    declared = cluster_yml.read_text()
+    host_key = " ".join(docker_exec(CEPH, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
+    config = yaml.safe_load(declared)
+    backup_host = {"host": f"{NET}.5", "user": "corectl-backup", "host_key": host_key}
+    config["backup"].update(destination="/srv/corectl-backups", ssh=backup_host)
+    cluster_yml.write_text(yaml.safe_dump(config, sort_keys=False))
+    where = f"corectl-backup@{NET}.5:/srv/corectl-backups"
+    try:
+        assert "corectl_backup_ssh_key" in corectl("secrets", "init", *args).stdout
+        public = corectl("secrets", "backup-key", *args).stdout.strip()
+        assert re.fullmatch(rf"ssh-ed25519 [A-Za-z0-9+/]+ corectl-backup@{lab.name}", public), public
+        # the backup host's administrator: a user for the backups with that key, and the directory for them
+        docker_exec(CEPH, "useradd", "--create-home", "corectl-backup", check=False)
+        prepare = (
+            "install -d -m 700 -o corectl-backup ~corectl-backup/.ssh /srv/corectl-backups"
+            f" && printf '%s\\n' '{public}' > ~corectl-backup/.ssh/authorized_keys"
+            " && chown corectl-backup ~corectl-backup/.ssh/authorized_keys"
+        )
+        docker_exec(CEPH, "sh", "-c", prepare)
+        corectl("provision", *args, "--limit", f"{P}head01", "--tags", "backup")
+        assert docker_exec(HEAD, "stat", "-c", "%a %U", "/etc/corectl/backup-ssh/id_ed25519").split() == ["600", "root"]
+        [taken] = json.loads(corectl("backup", *args, "--json").stdout)
+        assert (taken["verified"], taken["path"]) == ("ok", f"{where}/{taken['name']}"), taken
+        there = f"/srv/corectl-backups/{taken['name']}"
+        assert sorted(docker_exec(CEPH, "ls", there).split()) == [
+            "MANIFEST.json",
+            "corectl-site.tar.gz",
+            "prometheus-tsdb.tar.gz",
+            "slurm_acct_db.sql.gz",
+            "slurmctld-state.tar.gz",
+        ]
+        assert docker_exec(CEPH, "stat", "-c", "%U", f"{there}/slurm_acct_db.sql.gz").strip() == "corectl-backup"
+        assert docker_exec(HEAD, "ls", "-A", "/var/lib/corectl/backup-staging").split() == []  # nothing left here
+        # the timer's own service twice more: the newest two kept on the backup host, each verifying there
+        for _ in range(2):
+            docker_exec(HEAD, "systemctl", "start", "corectl-backup.service")  # oneshot: returns when it is done
+        kept = json.loads(corectl("backup", "--list", *args, "--json").stdout)
+        assert [k["verified"] for k in kept] == ["ok", "ok"] and taken["name"] not in [k["name"] for k in kept], kept
+        assert sorted(docker_exec(CEPH, "ls", "/srv/corectl-backups").split()) == [k["name"] for k in kept]
+        # a byte changed there: named by the listing
+        newest = f"/srv/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
+        docker_exec(CEPH, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+        broken = corectl("backup", "--list", *args, check=False)
+        assert broken.returncode == 1, broken.stdout
+        rows = {row[0]: row[3] for row in table_rows(broken.stdout) if row[0].startswith("20")}
+        corrupt = "corrupt: slurm_acct_db.sql.gz does not match its checksum"
+        assert rows == {kept[0]["name"]: "ok", kept[-1]["name"]: corrupt}, broken.stdout
+        # a restore check fetches the other back to the head (and leaves no copy)
+        checked = exec_in(HEAD, "corectl-backup", "restore", kept[0]["name"], "--check", "--force")
+        assert checked.returncode == 0 and json.loads(checked.stdout)["backup"] == kept[0]["name"], checked
+        assert docker_exec(HEAD, "ls", "-A", "/var/lib/corectl/backup-staging").split() == []
+        # another host key at that address (the head's own, as a host put in its place would show): refused
+        impostor = " ".join(docker_exec(HEAD, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
+        docker_exec(HEAD, "sh", "-c", f"echo '{NET}.5 {impostor}' > /etc/corectl/backup-ssh/known_hosts")
+        refused = exec_in(HEAD, "corectl-backup", "list")
+        assert refused.returncode == 1 and "Host key verification failed" in refused.stderr, refused
+    finally:
+        cluster_yml.write_text(declared)
+        corectl("provision", *args, "--limit", f"{P}head01", "--tags", "backup")
+    assert exec_in(HEAD, "test", "-e", "/etc/corectl/backup-ssh").returncode == 1  # the key is gone with the host
+
+
+def done_jobs(*jobs: str) -> list[str]:
+    """`JobID|Account|QOS|State` of each ended job as the accounting database has it (sacct)."""
+    out = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,Account,QOS,State", "-j", ",".join(jobs))
+    return sorted(out.split())
+
+
+def vision_usage() -> int:
+    line = docker_exec(HEAD, "sshare", "--noheader", "--parsable2", "--accounts=vision", "--format=RawUsage")
+    return int(line.splitlines()[0])
+
+
+@pytest.mark.second_lab
+def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
+    """Issue 34: jobs run, a backup is taken (to CephFS), more jobs run; the head's machine goes with its disk. A
+    blank one with its name and address is bootstrapped and provisioned: slurmctld stays stopped (no saved state on
+    a site that has run before) and the provision says so. `corectl restore` then brings every job up to the backup
+    back with its id, account and QOS, and the fair-share usage as it was; jobs run again; a provision after it
+    changes nothing; a corrupted backup is refused with one line."""
+    args = ("--inventory", str(lab))
+    run = ("--account=vision", "--gres=gpu:2", "--wrap", "sleep 3")
+    kept = [sbatch("--wait", "--qos=high", *run), sbatch("--wait", *run)]  # --wait: sbatch returns when it ended
+    wait_for(lambda: done_jobs(*kept), lambda rows: len(rows) == 2 and all("|COMPLETED" in r for r in rows), 60)
+    # slurmctld keeps fair-share usage in its state files (not in the database), saved every 5 minutes and when it
+    # stops: a restart puts the usage of the jobs above in them now
+    docker_exec(HEAD, "systemctl", "restart", "slurmctld")
+    wait_for(lambda: docker_exec(HEAD, "scontrol", "ping", check=False), lambda said: "is UP" in said, 60)
+    before = {"jobs": done_jobs(*kept), "usage": vision_usage()}
+    assert before["jobs"] == [f"{kept[0]}|vision|high|COMPLETED", f"{kept[1]}|vision|normal|COMPLETED"]
+    # what Prometheus knew just before the backup: each node exporter's `up` (the backup snapshots its data)
+    then = f"{time.time():.0f}"
+
+    def up_then() -> list[str]:
+        try:
+            answer = prometheus(HEAD, f"/api/v1/query?query=up%7Bjob%3D%22node%22%7D&time={then}")
+        except subprocess.CalledProcessError:  # Prometheus starting
+            return ["(no answer)"]
+        return sorted(r["metric"]["instance"] for r in answer["data"]["result"])
+
+    before["up"] = wait_for(up_then, lambda up: len(up) >= 3, 90)
+    [backup] = json.loads(corectl("backup", *args, "--json").stdout)
+    lost = sbatch("--wait", "--account=vision", "--gres=gpu:4", "--wrap", "sleep 10")  # after the backup: not in it
+    wait_for(lambda: done_jobs(lost), lambda rows: rows == [f"{lost}|vision|normal|COMPLETED"], 60)
+    assert wait_for(vision_usage, lambda now: now > before["usage"] * 1.05, 60) > before["usage"]
+
+    # the head's machine and disk are gone; a blank one takes its name and address
+    corectl("lab", "replace", f"{P}head01", *args)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / f"{P}head01.password").read_text().strip())
+        corectl("bootstrap", *args, f"{P}head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
+    held = corectl("provision", *args, "--limit", f"{P}head01", check=False)
+    assert held.returncode == 1, held.stdout
+    assert "slurmctld is kept stopped: its state directory holds no saved state" in held.stdout + held.stderr
+    assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld", check=False).strip() == "inactive"
+    assert docker_exec(HEAD, "systemctl", "is-enabled", "slurmctld", check=False).strip() == "disabled"
+
+    # the new head's Prometheus knows nothing of that time
+    assert wait_for(up_then, lambda up: up != ["(no answer)"], 60) == []
+    restored = corectl("restore", *args).stdout
+    assert f"restored backup {backup['name']} (taken " in restored, restored
+    assert wait_for(up_then, lambda up: up == before["up"], 90) == before["up"]  # Prometheus's data is back
+    assert done_jobs(*kept, lost) == before["jobs"]  # the jobs up to the backup, as they were; not the later one
+    usage = vision_usage()  # fair-share usage decays (half-life of days): within 1 % of the backup's
+    assert abs(usage - before["usage"]) <= before["usage"] / 100, (usage, before["usage"])
+    again = sbatch("--wait", *run)
+    wait_for(lambda: done_jobs(again), lambda rows: rows == [f"{again}|vision|normal|COMPLETED"], 60)
+    corectl("provision", *args)
+    assert set(last_run_changes(lab).values()) == {0}, changes_shown(lab)
+
+    # a backup that does not verify is refused, with one line, and nothing is stopped
+    newest = f"/shared/corectl-backups/{backup['name']}/slurmctld-state.tar.gz"
+    docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+    refused = corectl("restore", *args, "--backup", backup["name"], check=False)
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: backup {backup['name']} does not verify (corrupt: slurmctld-state.tar.gz does not match its "
+        "checksum): nothing restored"
+    )
+    assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld").strip() == "active"
+
+
+HEAD2 = f"corectl-{SITE}-{P}head02"
+
+
+def controllers_said(container: str) -> str:
+    """`scontrol ping` on ``container``: each slurmctld and whether it answers ("" while none can be asked)."""
+    return docker_exec(container, "scontrol", "ping", check=False)
+
+
+@pytest.mark.second_lab
+def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab: Path):
+    """Issue 34: a second head stand-in is declared as slurm.backup_controller with slurmctld's state on CephFS; the
+    provision moves the saved state there and the running job goes on. With a job running, the primary head's
+    container is killed: the backup takes over, the job finishes, a new job runs; the primary returns, takes over
+    again, and the accounting database has both jobs. A restore of the head then stops and restarts the second
+    controller's slurmctld around its own."""
+    args = ("--inventory", str(lab))
+    cluster_yml = lab / "cluster.yml"
+    declared = cluster_yml.read_text()
+    added = corectl("lab", "add", "--head", *args).stdout
+    assert f"{P}head02 {NET}.9    ssh 127.0.0.1:{PORT_BASE + 40}" in added, added
+    # (cluster.yml as earlier tests left it: add-node and remove-node rewrite it in their own layout)
+    config = yaml.safe_load(declared)
+    config["nodes"].append(
+        {
+            "name": f"{P}head02",
+            "address": f"{NET}.9",
+            "profile": "head-standin",
+            "roles": ["login"],
+            "ssh": {"host": "127.0.0.1", "port": PORT_BASE + 40},
+        }
+    )
+    config["slurm"].update(backup_controller=f"{P}head02", state_dir="/shared/slurm/state", controller_timeout_s=10)
+    cluster_yml.write_text(yaml.safe_dump(config, sort_keys=False))
+    through = sbatch(f"--nodelist={P}dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
+    wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
+    corectl("provision", *args)
+    assert job_state(through).startswith("RUNNING")  # the move of the saved state kept the queue
+    assert docker_exec(HEAD2, "test", "-s", "/shared/slurm/state/job_state", check=False) == ""
+    assert "RequiresMountsFor=/shared/slurm/state" in docker_exec(HEAD, "systemctl", "cat", "slurmctld")
+    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
+    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+    options = docker_exec(DGX1, "cat", "/etc/default/slurmd")
+    assert f'--conf-server {P}head01,{P}head02"' in options, options
+    corectl("provision", *args)
+    assert set(last_run_changes(lab).values()) == {0}, changes_shown(lab)
+
+    # the primary head dies with a job running; the backup takes over once it has not answered for
+    # controller_timeout_s and CephFS has released the dead head's session (its caps on the saved state)
+    running = sbatch(f"--nodelist={P}dgx02", "--time=10", "--wrap", "sleep 45")
+    wait_for(lambda: job_state(running), lambda state: state.startswith("RUNNING"), 60)
+    killed = time.monotonic()
+    subprocess.run(["docker", "kill", HEAD], capture_output=True, check=True)
+    try:
+        said = wait_for(
+            lambda: controllers_said(HEAD2),
+            lambda s: f"at {P}head01 is DOWN" in s and f"Slurmctld(backup) at {P}head02 is UP" in s,
+            180,
+        )
+        # (the backup answers ping in standby too: a job is what shows it in charge)
+        on_backup = ["runuser", "-u", "alice", "--", "srun", "--job-name=on-the-backup", f"--nodelist={P}dgx01"]
+        new = wait_for(
+            lambda: docker_exec(HEAD2, *on_backup, "--mem=64", "hostname", check=False),
+            lambda out: out.strip() == f"{P}dgx01",
+            180,
+        )
+        took_over = time.monotonic() - killed
+        print(f"backup controller in charge {took_over:.0f} s after the head was killed")
+        assert new.strip() == f"{P}dgx01"
+        shown = wait_for(
+            lambda: docker_exec(HEAD2, "scontrol", "show", "job", running, check=False),
+            lambda text: "JobState=COMPLETED" in text,
+            120,
+        )
+        assert "JobState=COMPLETED" in shown
+    finally:
+        subprocess.run(["docker", "start", HEAD], capture_output=True, check=True)
+    # the primary is back (slurmctld after CephFS is mounted) and takes over again; its database gets what the
+    # backup ran meanwhile
+    said = wait_for(lambda: controllers_said(HEAD), lambda s: s.count("is UP") == 2, 240)
+    assert f"Slurmctld(primary) at {P}head01 is UP" in said
+    on_primary = ["runuser", "-u", "alice", "--", "srun", f"--nodelist={P}dgx02", "--mem=64", "hostname"]
+    after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == f"{P}dgx02", 120)
+    assert after.strip() == f"{P}dgx02"
+    jobs = wait_for(
+        lambda: docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running, check=False),
+        lambda out: f"{running}|COMPLETED" in out,
+        180,
+    )
+    assert f"{running}|COMPLETED" in jobs
+    recorded = docker_exec(HEAD, "sacct", "-X", "-n", "-P", "--name=on-the-backup", "-o", "NodeList,State")
+    assert f"{P}dgx01|COMPLETED" in recorded.split(), recorded
+    docker_exec(HEAD, "scancel", through)
+
+    # a restore with two controllers (the head back to a backup taken now): the second controller's slurmctld is
+    # stopped before the head's (it would take over and write the shared saved state while the backup's is
+    # unpacked) and started after the head answers; then both answer and jobs run again
+    [backup] = json.loads(corectl("backup", *args, "--json").stdout)
+    restored = corectl("restore", *args, "--backup", backup["name"]).stdout
+    record = runs(lab)[-1]
+    assert record["command"].startswith("restore") and record["status"] == "successful", restored
+    assert record["hosts"][f"{P}head02"]["changed"] == 2, record["hosts"]  # its slurmctld stopped, then started
+    assert "/shared/slurm/state" in restored, restored
+    assert f"the second controller {P}head02: slurmctld stopped meanwhile, running again" in restored, restored
+    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
+    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+    after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == f"{P}dgx02", 120)
+    assert after.strip() == f"{P}dgx02"
+    assert f"{running}|COMPLETED" in docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running)

@@ -1,0 +1,259 @@
+"""Nodes joining, leaving and upgrading: the rolling driver upgrade, add-node, remove-node, and a Debian 13 DGX
+refused beside a Debian 12 head.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from corectl.lab.nodes import NODE_IMAGE_ENV
+from e2e.lab import (
+    CORECTL,
+    DGX1,
+    DGX2,
+    FAULTS,
+    HEAD,
+    NET,
+    PORT_BASE,
+    SITE,
+    AddedNode,
+    P,
+    assert_provision_changes_nothing,
+    corectl,
+    docker_exec,
+    lock_holder,
+    prometheus,
+    runs,
+    site_files,
+    slurm_reason,
+    slurmd_started,
+    table_rows,
+    wait_for,
+)
+
+pytestmark = pytest.mark.lab
+
+
+# A job that runs until Slurm drains its node, then prints the drain reason it saw and ends: it
+# proves a command waited for it (it cannot end before the drain) without guessing durations.
+GATED_JOB = (
+    'until scontrol show node "$SLURMD_NODENAME" | grep -q "State=[A-Z+]*DRAIN"; do sleep 1; done; '
+    'scontrol show node "$SLURMD_NODENAME" | sed -n "s/^ *Reason=//p"'
+)
+
+
+def submit_gated_job(node: str, *, user: str = "alice", then: str = "") -> str:
+    """Submit GATED_JOB (followed by ``then``) as ``user`` to ``node``; return its id once it runs."""
+    job = docker_exec(
+        HEAD, "runuser", "-u", user, "--", "sbatch", "--parsable", f"--nodelist={node}", "--chdir=/tmp",
+        "--output=/tmp/e2e-gated-%j.out", "--wrap", f"{GATED_JOB}; {then}" if then else GATED_JOB,
+    ).strip()  # fmt: skip
+    state = wait_for(lambda: docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T").strip(),
+                     lambda s: s == "RUNNING", 60)  # fmt: skip
+    assert state == "RUNNING", state
+    return job
+
+
+def job_end(job: str) -> tuple[str, str, int]:
+    """(state, exit code, end time; 0 while it runs) of a job, from Slurm's accounting."""
+    sacct = docker_exec(HEAD, "sh", "-c", f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o State,ExitCode,End")
+    state, exit_code, end = sacct.strip().split("|")
+    return state, exit_code, int(end) if end.isdigit() else 0
+
+
+def driver_versions(container: str) -> list[str]:
+    return docker_exec(container, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").split()
+
+
+def test_rolling_driver_upgrade_waits_for_running_jobs(lab: Path):
+    args = ["--inventory", str(lab)]
+    group_vars = lab / "group_vars" / "all.yml"
+    group_vars.write_text(group_vars.read_text() + 'nvidia_driver_version: "580.105.08"\n')
+    # provision never replaces a running driver
+    refused = corectl("provision", *args, "--tags", "gpu", check=False)
+    assert refused.returncode == 1
+
+    # --limit, on a node an operator drained: upgraded, and it keeps the operator's drain
+    corectl("drain", f"{P}dgx01", "--reason", "e2e DIMM swap", *args)
+    limited = corectl("upgrade", "drivers", *args, "--limit", f"{P}dgx01")
+    assert re.findall(r"batch \d+/\d+: \S+", limited.stdout) == [f"batch 1/1: {P}dgx01"]
+    assert set(runs(lab)[-1]["hosts"]) == {f"{P}dgx01"}  # (its Slurm commands are delegated to head01)
+    assert driver_versions(DGX1) == ["580.105.08"] * 8
+    assert driver_versions(DGX2) == ["580.95.05"] * 8  # outside --limit: untouched
+    assert slurm_reason(f"{P}dgx01").split("|") == ["drain", "e2e DIMM swap"]
+    corectl("resume", f"{P}dgx01", *args)
+
+    # a busy node that fails its checks after the upgrade: its batch waits for the job, then the
+    # node fails its checks and the rollout stops with the node drained. The job (root's) breaks an
+    # IB port once it sees the upgrade's drain, so the fault cannot drain the node any earlier.
+    inject, clear = FAULTS["ib"]
+    job = submit_gated_job(f"{P}dgx02", user="root", then=inject)
+    upgrade = ["upgrade", "drivers", *args, "--batch", "1", "--timeout", "300"]
+    proc = subprocess.Popen([CORECTL, *upgrade], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # while the upgrade runs, no add-node: refused at once, cluster.yml untouched
+        holder = wait_for(lambda: lock_holder(lab), lambda h: h.get("command") == " ".join(upgrade), 60)
+        assert holder["pid"] == proc.pid
+        files = site_files(lab)
+        node = [f"{P}dgx09", "--address", f"{NET}.19", "--profile", "dgx-standin", "--leaf", "leaf1"]
+        refused = corectl("add-node", *node, *args, check=False)
+        assert refused.returncode == 75
+        assert refused.stderr.startswith(f"error: site {SITE} is busy: `corectl {' '.join(upgrade)}` by root@")
+        assert site_files(lab) == files
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+        docker_exec(DGX2, "sh", "-c", clear)
+    failed = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    # dgx01 (idle, already upgraded) goes first and has nothing to do
+    assert re.findall(r"batch \d+/\d+: \S+", failed.stdout) == [f"batch 1/2: {P}dgx01", f"batch 2/2: {P}dgx02"]
+    assert f"error: upgrade drivers stopped at batch 2 ({P}dgx02)" in failed.stderr
+    upgrades = [r for r in runs(lab) if r["command"].startswith("upgrade drivers")]
+    assert [r["command"] for r in upgrades[-2:]] == [f"upgrade drivers {P}dgx01", f"upgrade drivers {P}dgx02"]
+    assert upgrades[-2]["hosts"][f"{P}dgx01"]["changed"] == 0
+    assert upgrades[-1]["hosts"][f"{P}dgx02"]["failed"] == 1
+    state, exit_code, end = job_end(job)
+    assert (state, exit_code) == ("COMPLETED", "0:0")
+    started = datetime.fromisoformat(upgrades[-1]["started"]).timestamp()
+    assert started <= end <= started + upgrades[-1]["elapsed_s"] + 5
+    seen = docker_exec(DGX2, "cat", f"/tmp/e2e-gated-{job}.out")
+    assert seen.startswith("corectl upgrade drivers 580.105.08 "), seen
+    assert slurm_reason(f"{P}dgx02").split("|") == ["drain", "corectl upgrade drivers 580.105.08"]
+    for node in (DGX1, DGX2):
+        assert driver_versions(node) == ["580.105.08"] * 8
+        assert "580.105.08" in docker_exec(node, "nv-fabricmanager", "--version")
+
+    # the operator resumes the checked node (a node on the declared driver is left alone by a
+    # rollout: dgx01's batch above changed nothing)
+    corectl("resume", f"{P}dgx02", *args)
+    for node in (f"{P}dgx01", f"{P}dgx02"):
+        assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 60) == "idle|none"
+
+
+def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, added_node: AddedNode):
+    args = ["--inventory", str(lab)]
+    existing = [f"corectl-{SITE}-{P}dgx01", f"corectl-{SITE}-{P}dgx02"]
+    assert f"{P}dgx03" in added_node.lab_add and f"127.0.0.1:{PORT_BASE + 3}" in added_node.lab_add
+    endpoint = f"[127.0.0.1]:{PORT_BASE + 3} "
+    assert endpoint not in added_node.known_before
+    assert "host key ssh-ed25519 SHA256:" in added_node.add_node
+    assert endpoint in (lab / "known_hosts").read_text()
+    # bootstrap again, now with corectl's key: everything is already there
+    again = corectl("bootstrap", *args, f"{P}dgx03", "--key", str(lab / ".lab" / "id_ed25519"), "--yes").stdout
+    [row] = table_rows(again)
+    assert row[0] == f"{P}dgx03" and row[1].startswith("ssh-ed25519 SHA256:")
+    assert row[2:] == ["known", "present", "present"]  # host key recorded, corectl key and python3 there
+    records = [r for r in runs(lab) if r["command"].startswith(f"add-node {P}dgx03")]
+    assert [r["command"] for r in records] == [
+        f"add-node {P}dgx03 (slurm versions)",
+        f"add-node {P}dgx03 (hosts)",
+        f"add-node {P}dgx03 (config)",
+        f"add-node {P}dgx03 (slurmd)",
+        f"add-node {P}dgx03",
+    ]
+    versions_run, hosts_run, config_run, slurmd_run, node_run = records
+    assert set(versions_run["hosts"]) == {f"{P}dgx03"} and versions_run["hosts"][f"{P}dgx03"]["changed"] == 0
+    # the existing compute nodes: /etc/hosts, then slurmd restarted with the new node list
+    # (Slurm 22.05 needs it for a node definition change); their running job went on
+    assert hosts_run["tags"] == "node_list"
+    # /etc/hosts, the firewall's rules file and their reload
+    assert {n: hosts_run["hosts"][n]["changed"] for n in (f"{P}dgx01", f"{P}dgx02")} == {f"{P}dgx01": 3, f"{P}dgx02": 3}
+    assert f"{NET}.13" in docker_exec(DGX1, "nft", "list", "set", "inet", "corectl", "allowed_v4")
+    assert set(config_run["hosts"]) == {f"{P}head01"}
+    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {f"{P}dgx01": 2, f"{P}dgx02": 2}
+    assert set(node_run["hosts"]) == {f"{P}dgx03"}
+    now = [slurmd_started(c) for c in existing]
+    assert all(now != then for now, then in zip(now, added_node.slurmd_before, strict=True))
+    state = docker_exec(HEAD, "squeue", "--noheader", "--job", added_node.job, "--format", "%T").strip()
+    assert state == "RUNNING"
+    # declared, scheduled, monitored
+    assert f"{P}dgx03" in (lab / "cluster.yml").read_text()
+    assert wait_for(lambda: slurm_reason(f"{P}dgx03"), lambda r: r == "idle|none", 60) == "idle|none"
+    assert docker_exec(HEAD, "srun", f"--nodelist={P}dgx03", "hostname").strip() == f"{P}dgx03"
+    out = docker_exec(HEAD, "runuser", "-u", "alice", "--", "srun", "--nodes=3", "--mem=64", "hostname")
+    assert sorted(out.split()) == [f"{P}dgx01", f"{P}dgx02", f"{P}dgx03"]
+
+    def gpu_targets_up() -> set[str]:
+        targets = prometheus(HEAD, "/api/v1/targets")["data"]["activeTargets"]
+        return {t["labels"]["node"] for t in targets if t["labels"]["job"] == "dcgm" and t["health"] == "up"}
+
+    all_three = {f"{P}dgx01", f"{P}dgx02", f"{P}dgx03"}
+    assert wait_for(gpu_targets_up, lambda nodes: nodes == all_three, 90) == all_three
+    # add-node left nothing for the next run
+    assert_provision_changes_nothing(lab, {f"{P}head01", *all_three})
+
+
+def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_consistent(
+    lab: Path, added_node: AddedNode
+):
+    job = submit_gated_job(f"{P}dgx03")  # runs until remove-node drains the node
+    corectl("remove-node", f"{P}dgx03", "--inventory", str(lab))
+    drain_run = next(r for r in reversed(runs(lab)) if r["command"] == f"remove-node {P}dgx03 (drain)")
+    state, exit_code, end = job_end(job)
+    assert (state, exit_code) == ("COMPLETED", "0:0")
+    started = datetime.fromisoformat(drain_run["started"]).timestamp()
+    assert started <= end <= started + drain_run["elapsed_s"] + 5  # the drain step waited for the job
+    seen = docker_exec(f"corectl-{SITE}-{P}dgx03", "cat", f"/tmp/e2e-gated-{job}.out")
+    assert seen.startswith("corectl remove-node "), seen
+    nodes = docker_exec(HEAD, "sinfo", "--noheader", "--Node", "--format", "%N").split()
+    assert sorted(set(nodes)) == [f"{P}dgx01", f"{P}dgx02"]
+    assert f"{P}dgx03" not in (lab / "cluster.yml").read_text()
+    corectl("render", "--check", "--inventory", str(lab))
+
+    def monitored() -> set[str]:
+        return {t["labels"].get("node") for t in prometheus(HEAD, "/api/v1/targets")["data"]["activeTargets"]}
+
+    assert f"{P}dgx03" not in wait_for(monitored, lambda nodes: f"{P}dgx03" not in nodes, 60)
+    assert f"{P}dgx03" not in docker_exec(HEAD, "cat", "/etc/hosts")
+    # the remaining compute nodes' slurmd was restarted with the new node list ...
+    slurmd_run = next(r for r in reversed(runs(lab)) if r["command"] == f"remove-node {P}dgx03 (slurmd)")
+    assert {n: s["changed"] for n, s in slurmd_run["hosts"].items()} == {f"{P}dgx01": 2, f"{P}dgx02": 2}
+    # ... and the job that ran on dgx01 through add-node and remove-node completed
+    through = wait_for(lambda: job_end(added_node.job), lambda end: end[0] != "RUNNING", 60)
+    assert through[:2] == ("COMPLETED", "0:0"), through
+    # remove-node left nothing for the next run
+    assert_provision_changes_nothing(lab, {f"{P}head01", f"{P}dgx01", f"{P}dgx02"})
+
+
+def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming_both_slurms(lab: Path):
+    """Two OS generations, two Slurm releases (issue 28): a DGX stand-in of Debian 13 would install slurmd
+    24.11 beside the head's slurmctld 22.05. add-node refuses it before any other node changes, with one line
+    naming both, and takes the node out of cluster.yml again."""
+    args = ["--inventory", str(lab)]
+    declared = (lab / "cluster.yml").read_text()
+    with pytest.MonkeyPatch.context() as env:  # a machine without Slurm: the check reads what apt would install
+        env.setenv(NODE_IMAGE_ENV, "bare")
+        started = corectl("lab", "add", *args, "--release", "trixie").stdout
+    name, address = started.split()[:2]
+    port = re.search(r"ssh 127\.0\.0\.1:(\d+)", started).group(1)
+    container = f"corectl-{SITE}-{name}"
+    assert "13" in docker_exec(container, "sh", "-c", ". /etc/os-release; echo $VERSION_ID")
+    head_slurm = docker_exec(HEAD, "dpkg-query", "-W", "-f=${Version}", "slurmctld").split("-")[0]
+    offered = re.search(r"Candidate: (\S+)", docker_exec(container, "apt-cache", "policy", "slurmd")).group(1)
+    options = ["--address", address, "--profile", "dgx-standin", "--leaf", "leaf1"]
+    options += ["--ssh-host", "127.0.0.1", "--ssh-port", port, "--yes"]
+    refused = corectl("add-node", name, *args, *options, check=False)
+    assert refused.returncode == 1, refused.stdout
+    line = (
+        f"{name} would install slurmd {offered.split('-')[0]}, but {P}head01 runs slurmctld {head_slurm}: one Slurm "
+        "release per cluster (SchedMD: upgrade slurmdbd, then slurmctld, then slurmd, at most 2 releases apart)"
+    )
+    assert refused.stderr.startswith("error: ") and line in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert head_slurm.startswith("22.05.") and offered.startswith("24.11.")
+    # nothing changed: one run, on the new node only, that changed nothing; cluster.yml as it was
+    # (found by command: the site keeps only its latest runs, so the count of records stays the same)
+    records = [r for r in runs(lab) if r["command"].startswith(f"add-node {name}")]
+    assert [r["command"] for r in records] == [f"add-node {name} (slurm versions)"]
+    [record] = records
+    assert record["status"] == "failed"
+    assert set(record["hosts"]) == {name} and record["hosts"][name]["changed"] == 0
+    assert (lab / "cluster.yml").read_text() == declared
+    assert name not in docker_exec(HEAD, "cat", "/etc/hosts") and name not in docker_exec(DGX1, "cat", "/etc/hosts")
+    assert docker_exec(container, "dpkg-query", "-W", "-f=${db:Status-Status}", "slurmd", check=False) != "installed"
