@@ -71,6 +71,29 @@ def test_no_site_at_all_points_to_init(project: Path):
     assert "no site under" in result.output and "corectl init NAME" in result.output
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bootstrap", "--inventory", "nosuch"],
+        ["add-node", "dgx99", "--inventory", "nosuch", "--address", "10.0.0.99", "--profile", "dgx-h100",
+         "--bootstrap-user", "admin"],
+    ],
+    ids=["bootstrap", "add-node"],
+)  # fmt: skip
+def test_a_command_that_asks_for_a_password_names_a_missing_site_before_asking(
+    project: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+):
+    def asked(prompt: str) -> str:
+        raise AssertionError(f"asked for a password: {prompt}")
+
+    monkeypatch.setattr("getpass.getpass", asked)
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: {project / 'inventories' / 'nosuch' / 'cluster.yml'}: not found (no site 'nosuch')"
+    ]
+
+
 def test_init_writes_a_site_that_validates_renders_and_has_its_secrets(project: Path):
     result = CliRunner().invoke(app, ["init", "west"])
     assert result.exit_code == 0, result.output

@@ -65,8 +65,8 @@ def add_node(
     from corectl.commands.lifecycle import node_entry
 
     entry = node_entry(address, profile, rack=rack, leaf=leaf, ssh_host=ssh_host, ssh_port=ssh_port)
+    site = policy.existing_site(inventory)  # before the password prompt: no site, no prompt
     login = policy.bootstrap_login(bootstrap_user, password_env, None) if bootstrap_user else None
-    site = policy.site(inventory)
     with policy.changing(site, wait):
         run_add(
             site, out, node, entry=entry, partitions=partition or [], login=login, accept=policy.host_key_prompt(yes)

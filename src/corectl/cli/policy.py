@@ -16,7 +16,7 @@ import typer
 
 from corectl.cli.app import err, out
 from corectl.errors import CorectlError
-from corectl.site import Site, resolve_site
+from corectl.site import Site, require_cluster_file, resolve_site
 
 if TYPE_CHECKING:
     from corectl.ansible import RunResult
@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 
 def site(inventory: str | None) -> Site:
     return resolve_site(inventory)
+
+
+def existing_site(inventory: str | None) -> Site:
+    """The site, which must have its cluster.yml (a command that asks for a password first says so before asking)."""
+    target = resolve_site(inventory)
+    require_cluster_file(target)
+    return target
 
 
 @contextlib.contextmanager

@@ -64,7 +64,7 @@ def bootstrap(
     """First contact with fresh nodes: record host keys, install corectl's key, make sure python3 is there."""
     from corectl.commands.bootstrap import bootstrap as run_bootstrap
 
-    site = policy.site(inventory)
+    site = policy.existing_site(inventory)  # before the password prompt: no site, no prompt
     login = policy.bootstrap_login(user, password_env, key)
     with policy.changing(site, wait):
         run_bootstrap(site, out, nodes or [], login, policy.host_key_prompt(yes))
