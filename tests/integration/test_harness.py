@@ -16,6 +16,7 @@ from corectl.lab.nodes import (
     NODE_FLAGS,
     LabNode,
     LabSpec,
+    forget_host_key,
     lab_cluster,
     load_spec,
     remove_slurm_cgroups,
@@ -228,3 +229,17 @@ def test_the_ceph_fixture_image_is_keyed_by_the_playbooks_package_list(tmp_path:
     (copy / "server.yml").write_text(playbook.replace("Install the Ceph daemons", "Install them"))
     with pytest.raises(CorectlError, match="no task named"):
         image.ceph_packages(tmp_path)
+
+
+def test_lab_replace_forgets_only_the_replaced_nodes_host_key_and_a_site_without_known_hosts_has_none_to_forget(
+    tmp_path: Path, root: Path
+):
+    site = Site(root=root, directory=tmp_path / "lab4")
+    site.directory.mkdir()
+    forget_host_key(site, 23101)  # (was a traceback after the node had been replaced: FileNotFoundError)
+    assert not site.known_hosts.exists()
+    site.known_hosts.write_text("[127.0.0.1]:23100 ssh-ed25519 AAAA0\n[127.0.0.1]:23101 ssh-ed25519 AAAA1\n")
+    forget_host_key(site, 23101)
+    assert site.known_hosts.read_text() == "[127.0.0.1]:23100 ssh-ed25519 AAAA0\n"
+    forget_host_key(site, 2310)  # a port that prefixes another's is another endpoint
+    assert site.known_hosts.read_text() == "[127.0.0.1]:23100 ssh-ed25519 AAAA0\n"

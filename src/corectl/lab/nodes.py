@@ -653,10 +653,18 @@ def replace_node(site: Site, name: str) -> LabNode:
         docker("rm", "--force", "--volumes", container)
     (spec.site.lab_dir / "etc-hosts" / name).unlink(missing_ok=True)  # the old disk's /etc/hosts
     _start_bare(spec, node)
-    endpoint = f"[127.0.0.1]:{node.ssh_port} "
+    forget_host_key(site, node.ssh_port)
+    return node
+
+
+def forget_host_key(site: Site, port: int) -> None:
+    """Drop the site's known_hosts entry for the lab endpoint 127.0.0.1:``port`` (ssh-keygen -R); a site without
+    known_hosts has nothing to forget, and gets none."""
+    if not site.known_hosts.is_file():
+        return
+    endpoint = f"[127.0.0.1]:{port} "
     kept = [line for line in site.known_hosts.read_text().splitlines() if not line.startswith(endpoint)]
     atomic_write(site.known_hosts, ("\n".join(kept) + "\n").encode(), 0o600)
-    return node
 
 
 def lab_containers(site: Site) -> list[str]:
