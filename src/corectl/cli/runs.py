@@ -104,7 +104,7 @@ def runs(
     ] = None,
 ) -> None:
     """List past runs (when, command, result, hosts changed/failed) from the kept artifacts."""
-    from corectl.commands.history import runs_table, show_run
+    from corectl.commands.runs import runs_table, show_run
 
     site = policy.site(inventory)
     out.print(show_run(site, show) if show else runs_table(site, last))

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from corectl.ansible.records import expected_from_history, load_runs
 from corectl.ansible.runner import HostStats, RunRequest, RunResult, record
-from corectl.commands.history import resolve_run, runs_table, show_run
+from corectl.commands.runs import resolve_run, runs_table, show_run
 from corectl.errors import CorectlError
 from corectl.site import Site
 
