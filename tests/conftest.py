@@ -80,6 +80,20 @@ def probe_project(tmp_path: Path, playbook: str, hosts: tuple[str, ...] = ("loca
     return site
 
 
+# The longest test of `make check` (each README line as its own corectl process, one after the other
+# on one clone: ~60 s): first, so that under pytest-xdist it never runs alone at the end while the
+# other worker has nothing left to do.
+LONGEST_FIRST = ("tests/unit/test_readme_commands.py::test_every_readme_line_runs_as_typed",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """LONGEST_FIRST ahead of the rest (the rest keep their order). Under pytest-xdist (make check:
+    ``-n 2 --dist loadgroup``) the tests marked ``xdist_group`` with one name go to one worker: those that
+    share a module-scoped fixture which costs seconds (the hostile corpus, Chromium's screenshot, the enroot
+    build), so that it is made once and not once on each worker."""
+    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Inside a stage of tests/stages.py: each test's CPU (set-up and tear-down included, its stand-in

@@ -440,9 +440,12 @@ def main(argv: list[str]) -> int:
     stages_of = {
         "all": lambda: in_parallel(lab_then_molecule, checks_then_molecule),
         "lint": lambda: lint(stages),
-        # the inner loop beside lint, on both cores (pytest-xdist): make check
+        # the inner loop beside lint, on both cores (pytest-xdist): make check. loadgroup: the tests that
+        # share a costly module-scoped fixture are marked xdist_group and run on one worker (tests/conftest.py)
         "check": lambda: all(
-            in_parallel(lambda: lint(stages), lambda: stages.run("unit", 2, [*unit_tests, "-n", "2"]))
+            in_parallel(
+                lambda: lint(stages), lambda: stages.run("unit", 2, [*unit_tests, "-n", "2", "--dist", "loadgroup"])
+            )
         ),
         "unit": lambda: stages.run("unit", 1, unit_tests),
         "image": images.tag,

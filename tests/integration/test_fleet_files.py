@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -13,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+
+# one pytest-xdist worker for the module, so that first_converge runs once (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("fleet_files")
 
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
@@ -47,8 +51,7 @@ HANDLERS = """
 """
 
 
-@pytest.fixture
-def role(tmp_path: Path) -> Path:
+def make_role(tmp_path: Path) -> Path:
     base = tmp_path / "roles" / "demo"
     for part, text in {
         "tasks/main.yml": TASKS,
@@ -64,6 +67,28 @@ def role(tmp_path: Path) -> Path:
     (base / "files" / "blob.bin").write_bytes(bytes(range(256)))
     (tmp_path / "play.yml").write_text("- hosts: localhost\n  gather_facts: false\n  roles: [demo]\n")
     return tmp_path
+
+
+@pytest.fixture
+def role(tmp_path: Path) -> Path:
+    return make_role(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def first_converge(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The role converged once from nothing (what test_writes_every_path_then_changes_nothing proves):
+    the starting point of the tests of what a later run does, each on a copy of its own."""
+    where = make_role(tmp_path_factory.mktemp("converged"))
+    converge(where)
+    return where
+
+
+@pytest.fixture
+def converged(first_converge: Path, tmp_path: Path) -> Path:
+    """A copy of first_converge (modes and the symlink kept: what the files module compares)."""
+    where = tmp_path / "converged"
+    shutil.copytree(first_converge, where, symlinks=True)
+    return where
 
 
 def converge(where: Path, value: str = "1", *extra: str) -> dict:
@@ -121,9 +146,9 @@ def test_writes_every_path_then_changes_nothing(role: Path):
     assert (second["changed"], second["changed_paths"], second["fired"]) == (False, [], [])
 
 
-def test_repairs_drift_and_notifies_only_the_changed_paths_handlers(role: Path):
+def test_repairs_drift_and_notifies_only_the_changed_paths_handlers(converged: Path):
+    role = converged
     out = role / "out"
-    converge(role)
     (out / "etc" / "tool").write_text("tampered\n")
     (out / "etc" / "app.conf").chmod(0o666)
     repaired = converge(role)
@@ -142,9 +167,9 @@ def test_repairs_drift_and_notifies_only_the_changed_paths_handlers(role: Path):
     assert changed_value["fired"] == ["fired-restart-app"]
 
 
-def test_check_mode_reports_without_writing(role: Path):
+def test_check_mode_reports_without_writing(converged: Path):
+    role = converged
     out = role / "out"
-    converge(role)
     (out / "etc" / "inline").write_text("drifted\n")
     checked = converge(role, "1", "--check")
     assert checked["changed_paths"] == [f"{out}/etc/inline"]

@@ -13,6 +13,9 @@ from corectl.health.charts import WIDTH
 from report_sample import OUTAGES, UNTIL, sample_figures, sample_read
 from screenshot import CHROMIUM, bars, runs, screenshot
 
+# one pytest-xdist worker for the module, so that Chromium takes the screenshot once (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("report_page")
+
 
 @pytest.fixture(scope="module")
 def shot(tmp_path_factory: pytest.TempPathFactory):

@@ -447,6 +447,10 @@ EXPECTED_APT = {
 }
 
 
+# one pytest-xdist worker for every test of the repo fixture, so that enroot is built once (tests/conftest.py)
+one_build = pytest.mark.xdist_group("standin_repo")
+
+
 @pytest.fixture(scope="module")
 def node_image() -> str:
     """The node image enroot is built in (from its upstream source)."""
@@ -486,6 +490,7 @@ def stanzas(text: str) -> list[dict[str, str]]:
 
 
 @needs_build_tools
+@one_build
 def test_repo_index_and_packages(repo: Path):
     index = json.loads((repo / "index.json").read_text())
     for entry in index["packages"] + index["archives"]:
@@ -518,6 +523,7 @@ def test_repo_index_and_packages(repo: Path):
 
 
 @needs_build_tools
+@one_build
 def test_repo_signature_verifies(repo: Path):
     home = Path(tempfile.mkdtemp(prefix="gv", dir="/tmp"))  # short: gpg sockets live in the home directory
     try:
@@ -538,6 +544,7 @@ def test_repo_signature_verifies(repo: Path):
 
 
 @needs_build_tools
+@one_build
 def test_second_build_is_a_noop(repo: Path, node_image: str):
     before = {p: p.stat().st_mtime_ns for p in repo.rglob("*") if p.is_file()}
     result = subprocess.run(
@@ -551,6 +558,7 @@ def test_second_build_is_a_noop(repo: Path, node_image: str):
 
 
 @needs_build_tools
+@one_build
 def test_archives(repo: Path):
     exporter = repo / "dcgm-exporter" / "4.2.3-4.1.3" / "dcgm-exporter_4.2.3-4.1.3_linux_amd64.tar.gz"
     pyxis = repo / "pyxis" / "archive" / "refs" / "tags" / "v0.24.0.tar.gz"
@@ -570,6 +578,7 @@ def test_archives(repo: Path):
 
 
 @needs_build_tools
+@one_build
 def test_installed_layout_works(repo: Path, tmp_path: Path):
     """Unpack the packages like dpkg would and run the installed tools from that tree."""
     root = tmp_path / "root"

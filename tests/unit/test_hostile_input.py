@@ -109,6 +109,8 @@ def test_corpus_is_large_enough():
     assert len({case.name[:2] for case in CASES}) == len(CASES), "two corpus files share a number"
 
 
+# one pytest-xdist worker for every test of corpus_results, so that it runs once (tests/conftest.py)
+@pytest.mark.xdist_group("corpus_results")
 @pytest.mark.parametrize("case", CASES, ids=[case.stem for case in CASES])
 def test_corpus_file_fails_with_one_clean_line_per_problem(case: Path, corpus_results):
     first = case.read_bytes().split(b"\n", 1)[0].decode()
