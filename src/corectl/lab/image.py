@@ -316,6 +316,10 @@ def _commit_image(base: str, tag: str, script: str, builder: str) -> None:
 # roles install, for molecule's nodes and the nodes a test adds after its lab's first provision (whose
 # install the first provision proved on the bare image). Packages only: the services they enabled are
 # disabled, the keys their maintainer scripts made removed; munge and slurm get the roles' fixed IDs first.
+# Disabled means every link the installs made under /etc/systemd/system goes, aliases included: with only
+# the .wants links gone, chrony (alias chronyd.service) and rsyslog (syslog.service) still said "enabled",
+# so the roles' `enabled: true` had nothing to do and a node from this image came back from a reboot
+# without them (session 33: the replaced head's no-op found them stopped on a restarted dgx02).
 BAKED_REPO = "corectl-baked"
 BAKED_LIST = Path("tests") / "standin" / "node-packages.yml"
 BAKED_USERS = ("munge", "slurm")
@@ -328,15 +332,19 @@ for spec in IDS; do
   getent passwd "$name" >/dev/null || useradd --system --uid "$uid" --gid "$name" --home-dir /nonexistent \
     --no-create-home --shell /usr/sbin/nologin "$name"
 done
-links() { find /etc/systemd/system -type l \( -path '*.wants/*' -o -path '*.requires/*' \) | sort; }
+links() { find /etc/systemd/system -type l | sort; }
+enabled() { systemctl --root=/ list-unit-files --state=enabled --no-legend | awk '{print $1}' | sort; }
 links > /tmp/corectl-units-before
+enabled > /tmp/corectl-enabled-before
 apt-get update -qq
 export DEBIAN_FRONTEND=noninteractive
 apt-get install -y -qq WITH >/dev/null
 apt-get install -y -qq --no-install-recommends WITHOUT >/dev/null
 links | comm -13 /tmp/corectl-units-before - | xargs -r rm -f
-rm -f /tmp/corectl-units-before /etc/munge/munge.key /etc/ssl/private/ssl-cert-snakeoil.key \
-  /etc/ssl/certs/ssl-cert-snakeoil.pem
+left=$(enabled | comm -13 /tmp/corectl-enabled-before -)
+[ -z "$left" ] || { echo "bake: still enabled after the install: $left" >&2; exit 1; }
+rm -f /tmp/corectl-units-before /tmp/corectl-enabled-before /etc/munge/munge.key \
+  /etc/ssl/private/ssl-cert-snakeoil.key /etc/ssl/certs/ssl-cert-snakeoil.pem
 apt-get clean
 """
 
