@@ -162,3 +162,22 @@ def test_corectl_mitogen_strategy_scans_the_collections_once_and_hands_on_the_sa
     assert result["ours"] == result["expected"]
     assert any(path.endswith("ansible_collections/corectl/fleet") for path in result["ours"])
     assert result["scans"] <= 1  # once per process (none if already made), not once per call
+
+
+def test_stock_ansible_runs_with_the_projects_config_share_no_fact_cache():
+    """ansible.cfg sets no fact cache (each corectl run gets its site's own through ansible-runner): a stock
+    `ansible` or `ansible-playbook` with the project's config keeps facts in memory, so two sites' head01 never
+    read each other's facts (issue 46 item 7). Read back through Ansible's own configuration reader."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    for name in [k for k in env if k.startswith("ANSIBLE_CACHE_PLUGIN")]:
+        del env[name]
+    config = Path(sys.executable).parent / "ansible-config"
+    dumped = subprocess.run(
+        [str(config), "dump", "--only-changed"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    changed = {line.split("(")[0].strip() for line in dumped.splitlines()}
+    assert not {"CACHE_PLUGIN", "CACHE_PLUGIN_CONNECTION"} & changed, dumped
+    assert "CACHE_PLUGIN_TIMEOUT" in changed, dumped  # the file was read

@@ -591,6 +591,8 @@ def run_standalone(
             "extravars": extravars,
             "artifact_dir": str(site.runs_dir),
             "ident": ident,
+            "fact_cache_type": "jsonfile",
+            "fact_cache": str(site.facts_dir),  # the site's own, as its other runs (ansible.cfg has none)
             "quiet": True,
             "envvars": {
                 "ANSIBLE_CONFIG": str(site.root / "ansible.cfg"),
