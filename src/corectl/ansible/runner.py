@@ -179,6 +179,12 @@ def accelerator_env(name: str | None = None) -> dict[str, str]:
     return {"ANSIBLE_STRATEGY": MITOGEN_STRATEGY}
 
 
+def site_fact_cache(site: Site) -> dict[str, str]:
+    """ansible-runner's settings for the site's own fact cache (.facts): every run from this host uses it, since
+    the project's ansible.cfg sets none (a shared one would mix sites' hosts of the same name)."""
+    return {"fact_cache_type": "jsonfile", "fact_cache": str(site.facts_dir)}
+
+
 def shared_inventory(private_dir: Path, root: Path) -> Path:
     """An empty inventory whose group_vars/ is the project's shared group_vars/.
 
@@ -270,8 +276,7 @@ def runner_kwargs(
         "inventory": [str(shared_inventory(private_dir, site.root)), str(site.hosts_file)],
         "artifact_dir": str(site.runs_dir),
         "ident": ident,
-        "fact_cache_type": "jsonfile",
-        "fact_cache": str(site.facts_dir),
+        **site_fact_cache(site),
         "forks": default_forks(),
         "quiet": True,
         "envvars": {
@@ -591,8 +596,7 @@ def run_standalone(
             "extravars": extravars,
             "artifact_dir": str(site.runs_dir),
             "ident": ident,
-            "fact_cache_type": "jsonfile",
-            "fact_cache": str(site.facts_dir),  # the site's own, as its other runs (ansible.cfg has none)
+            **site_fact_cache(site),
             "quiet": True,
             "envvars": {
                 "ANSIBLE_CONFIG": str(site.root / "ansible.cfg"),
