@@ -181,3 +181,59 @@ def test_stock_ansible_runs_with_the_projects_config_share_no_fact_cache():
     changed = {line.split("(")[0].strip() for line in dumped.splitlines()}
     assert not {"CACHE_PLUGIN", "CACHE_PLUGIN_CONNECTION"} & changed, dumped
     assert "CACHE_PLUGIN_TIMEOUT" in changed, dumped  # the file was read
+
+
+PREFORK_CHECK = """
+import json
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import filter_loader, init_plugin_loader, test_loader
+from ansible._internal._templating._jinja_bits import AnsibleEnvironment
+init_plugin_loader()
+before = [len(filter_loader._cached_non_collection_wrappers), len(test_loader._cached_non_collection_wrappers),
+          len(AnsibleEnvironment._lexer_cache)]
+from ansible_collections.corectl.fleet.plugins.plugin_utils.prefork import load_before_fork
+load_before_fork(DataLoader())
+after = [len(filter_loader._cached_non_collection_wrappers), len(test_loader._cached_non_collection_wrappers),
+         len(AnsibleEnvironment._lexer_cache)]
+print(json.dumps({"before": before, "after": after, "bool": "bool" in filter_loader._cached_non_collection_wrappers,
+                  "defined": "defined" in test_loader._cached_non_collection_wrappers}))
+"""
+
+PLAY = """
+- name: Filters and tests in forked workers
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Render a filter and a test
+      ansible.builtin.debug:
+        msg: >-
+          {{ [3, 1, 2] | sort | first is number }}
+          {{ [] | corectl.fleet.slurm_version_problems('', '') | length is number }}
+"""
+
+
+def test_the_default_strategy_loads_jinjas_plugins_before_it_forks_and_runs_plays_as_linear(tmp_path: Path):
+    """ansible.cfg's strategy is corectl.fleet.linear (Ansible's linear; Jinja's filter and test plugins and its
+    lexer loaded in the strategy's process before the workers fork, so no worker loads them again): the warm-up
+    loads what it says, and a play through the project's config renders built-in and collection filters."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    env.pop("ANSIBLE_STRATEGY", None)
+    bindir = Path(sys.executable).parent
+    dumped = subprocess.run([str(bindir / "ansible-config"), "dump", "--only-changed"], env=env, cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "DEFAULT_STRATEGY(" in dumped and "= corectl.fleet.linear" in dumped, dumped
+    out = subprocess.run([sys.executable, "-c", PREFORK_CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    loaded = json.loads(out.stdout.splitlines()[-1])
+    assert loaded["before"] == [0, 0, 0], loaded  # nothing is loaded until something renders
+    assert all(n > 0 for n in loaded["after"]) and loaded["bool"] and loaded["defined"], loaded
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAY)
+    ran = subprocess.run([str(bindir / "ansible-playbook"), "-i", "localhost,", str(playbook)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "msg: True True" in ran.stdout, ran.stdout

@@ -34,7 +34,7 @@ def readme_lines() -> list[str]:
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("clone")
-    for name in ("playbooks", "roles", "group_vars"):
+    for name in ("playbooks", "roles", "group_vars", "collections"):
         shutil.copytree(ROOT / name, root / name, symlinks=True)
     shutil.copy(ROOT / "ansible.cfg", root / "ansible.cfg")
     shutil.copytree(ROOT / "inventories" / "prod", root / "inventories" / "prod")

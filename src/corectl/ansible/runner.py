@@ -160,7 +160,8 @@ MITOGEN_STRATEGY = "corectl.fleet.mitogen_linear"
 
 
 def accelerator_env(name: str | None = None) -> dict[str, str]:
-    """Ansible settings for CORECTL_ACCELERATOR: none (stock linear strategy) or mitogen.
+    """Ansible settings for CORECTL_ACCELERATOR: none (ansible.cfg's corectl.fleet.linear: Ansible's
+    linear strategy, with Jinja's plugins loaded before the workers fork) or mitogen.
 
     Mitogen keeps one Python interpreter per node for the whole run instead of starting one per
     task; it is opt-in because it hooks into strategy plugins that ansible-core has deprecated.
