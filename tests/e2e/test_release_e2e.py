@@ -56,9 +56,9 @@ def test_debian_13_stand_ins_provision_from_scratch_and_converge(lab: tuple[Path
         assert docker_exec(container, "sh", "-c", ". /etc/os-release; echo $VERSION_CODENAME").strip() == RELEASE
     assert docker_exec(HEAD, "slurmctld", "-V").startswith("slurm-wlm 24.11.")
     assert docker_exec(DGX1, "slurmd", "-V").startswith("slurm-wlm 24.11.")
-    # the second provision on corectl's default strategy (Ansible's own linear, CORECTL_ACCELERATOR unset), whatever
-    # the first ran on (the suite runs its labs under Mitogen): one whole-site run in every `make test` takes the path
-    # users get by default, every role on every host, and finds nothing to change
+    # the second provision on corectl's default strategy (ansible.cfg's corectl.fleet.linear, CORECTL_ACCELERATOR
+    # unset), whatever the first ran on (the suite runs its labs under Mitogen): one whole-site run in every `make test`
+    # takes the path users get by default, every role on every host, and finds nothing to change
     with pytest.MonkeyPatch.context() as env:
         env.delenv("CORECTL_ACCELERATOR", raising=False)
         corectl("provision", "--inventory", str(site))
@@ -66,7 +66,7 @@ def test_debian_13_stand_ins_provision_from_scratch_and_converge(lab: tuple[Path
     assert record["status"] == "successful"
     assert {host: counts["changed"] for host, counts in record["hosts"].items()} == dict.fromkeys(NODES, 0)
     run_dir = sorted((site / ".runs").glob("*/corectl.json"))[-1].parent
-    assert "ANSIBLE_STRATEGY" not in json.loads((run_dir / "command").read_text())["env"]  # Ansible's own linear
+    assert "ANSIBLE_STRATEGY" not in json.loads((run_dir / "command").read_text())["env"]  # ansible.cfg's strategy
 
 
 def test_a_job_runs_on_both_nodes(lab: tuple[Path, subprocess.CompletedProcess[str]]):

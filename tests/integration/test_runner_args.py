@@ -164,20 +164,26 @@ def test_corectl_mitogen_strategy_scans_the_collections_once_and_hands_on_the_sa
     assert result["scans"] <= 1  # once per process (none if already made), not once per call
 
 
+def changed_settings(env: dict[str, str]) -> str:
+    """`ansible-config dump --only-changed` under ``env``: the settings the project's configuration changes."""
+    import subprocess
+    import sys
+
+    config = Path(sys.executable).parent / "ansible-config"
+    return subprocess.run(
+        [str(config), "dump", "--only-changed"], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
 def test_stock_ansible_runs_with_the_projects_config_share_no_fact_cache():
     """ansible.cfg sets no fact cache (each corectl run gets its site's own through ansible-runner): a stock
     `ansible` or `ansible-playbook` with the project's config keeps facts in memory, so two sites' head01 never
     read each other's facts (issue 46 item 7). Read back through Ansible's own configuration reader."""
-    import subprocess
-    import sys
 
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     for name in [k for k in env if k.startswith("ANSIBLE_CACHE_PLUGIN")]:
         del env[name]
-    config = Path(sys.executable).parent / "ansible-config"
-    dumped = subprocess.run(
-        [str(config), "dump", "--only-changed"], env=env, capture_output=True, text=True, check=True
-    ).stdout
+    dumped = changed_settings(env)
     changed = {line.split("(")[0].strip() for line in dumped.splitlines()}
     assert not {"CACHE_PLUGIN", "CACHE_PLUGIN_CONNECTION"} & changed, dumped
     assert "CACHE_PLUGIN_TIMEOUT" in changed, dumped  # the file was read
@@ -223,8 +229,7 @@ def test_the_default_strategy_loads_jinjas_plugins_before_it_forks_and_runs_play
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     env.pop("ANSIBLE_STRATEGY", None)
     bindir = Path(sys.executable).parent
-    dumped = subprocess.run([str(bindir / "ansible-config"), "dump", "--only-changed"], env=env, cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    dumped = changed_settings(env)
     assert "DEFAULT_STRATEGY(" in dumped and "= corectl.fleet.linear" in dumped, dumped
     out = subprocess.run([sys.executable, "-c", PREFORK_CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
                          check=True)  # fmt: skip
