@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -44,6 +45,34 @@ def test_every_molecule_platform_uses_the_lab_flags(root: Path):
             assert platform["command"] == "/sbin/init"
             image = "${CORECTL_CEPH_IMAGE" if platform["name"] == "ceph-server" else "${CORECTL_NODE_IMAGE"
             assert platform["image"].startswith(image)
+
+
+def _molecule_nodes(root: Path):
+    """molecule/plugins/nodes.py, molecule's create and destroy for every scenario."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("molecule_nodes", root / "molecule" / "plugins" / "nodes.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_molecules_create_starts_each_platform_with_the_lab_flags(root: Path):
+    """What molecule/plugins/nodes.py runs for each platform: the lab's flags, the platform's address on its
+    scenario's network, molecule's owner label beside the stage's; a key it does not know is refused."""
+    nodes = _molecule_nodes(root)
+    for scenario in sorted((root / "molecule").glob("*/molecule.yml")):
+        for platform in yaml.safe_load(scenario.read_text())["platforms"]:
+            argv = nodes.run_argv(platform)
+            pairs = {f"{flag}={value}" for flag, value in itertools.pairwise(argv) if flag.startswith("--")}
+            assert set(NODE_FLAGS) <= pairs, f"{scenario}: {platform['name']}"
+            assert {"--label=owner=molecule", f"--name={platform['name']}", f"--hostname={platform['name']}"} <= pairs
+            assert argv[-2:] == [platform["image"], "/sbin/init"]
+            for network in platform.get("networks", []):
+                assert {f"--network={network['name']}", f"--ip={network['ipv4_address']}"} <= pairs
+    with pytest.raises(nodes.PlatformError, match=r"does not handle \['published_ports'\]"):
+        nodes.run_argv({"name": "n", "image": "i", "published_ports": ["22:22"]})
 
 
 def test_image_tag_is_keyed_on_the_recipe(monkeypatch):
