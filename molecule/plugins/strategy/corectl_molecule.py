@@ -1,9 +1,9 @@
 # corectl: the strategy of every molecule scenario (.config/molecule/config.yml).
 """corectl's Mitogen strategy (corectl.fleet.mitogen_linear) for the plays that reach the stand-in
-nodes; Ansible's own linear strategy for molecule's driver plays on the control host
-(``connection: local``: create and destroy), whose asynchronous docker tasks Mitogen never reports
-finished (their async_status waited out all its retries here: Mitogen does not use the async_dir
-those plays set)."""
+nodes; Ansible's own linear strategy for the plays on the control host (``connection: local``:
+molecule/plugins/create.yml and destroy.yml, one docker CLI task each). It was chosen for the docker
+driver's own create and destroy, whose asynchronous tasks Mitogen never reported finished (Mitogen
+does not use the async_dir those plays set); a play of one local command gains nothing from Mitogen."""
 
 from __future__ import annotations
 
