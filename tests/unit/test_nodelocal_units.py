@@ -8,10 +8,11 @@ import os
 import subprocess
 from pathlib import Path, PurePosixPath
 
+import pytest
 from typer.testing import CliRunner
 
 from corectl.ansible.remote import nodelocal, runnerhost
-from corectl.ansible.runner import RunRequest
+from corectl.ansible.runner import Cancel, RunRequest
 from corectl.cli import app
 from corectl.site import Site
 from corectl.site.inventory import render_site
@@ -77,3 +78,21 @@ def test_the_job_command_refuses_another_python_then_a_stale_install(tmp_path: P
     stale = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
     assert stale.returncode == runnerhost.STALE_EXIT, stale
     assert "node is not at the control host's versions" in stale.stderr
+
+
+def test_a_nodes_own_run_is_under_mitogen_when_this_hosts_is(
+    prod_copy: Path, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """CORECTL_ACCELERATOR=mitogen reaches each node's job as it reaches the runners' (its payload carries Mitogen):
+    a node-local no-op of head + 2 DGX cost the machine 0.58 of its CPU that way (docs/scale.md)."""
+    site = _site(prod_copy, root, "node_local:\n  mode: on\n")
+    cluster, _ = render_site(site, check_only=False)
+    for accelerator, strategy in (("mitogen", "corectl.fleet.mitogen_linear"), ("none", None)):
+        monkeypatch.setenv("CORECTL_ACCELERATOR", accelerator)
+        run = nodelocal._Run(
+            RunRequest(site=site), cluster.config.node_local, "x1", tmp_path, tmp_path / "key", None, "0123abcd",
+            sink=lambda event: None, cancel=Cancel(),
+        )  # fmt: skip
+        common = nodelocal._common(run, None, "", tmp_path / accelerator)
+        assert common.kwargs["envvars"].get("ANSIBLE_STRATEGY") == strategy
+        assert common.kwargs["extravars"]["ansible_connection"] == "local"

@@ -36,7 +36,7 @@ from subprocess import Popen
 from typing import Any
 
 from corectl.ansible.remote import runnerhost
-from corectl.ansible.remote.fanout import Clock, finish, new_run_dir, targets
+from corectl.ansible.remote.fanout import Clock, finish, new_run_dir, runner_accelerator, targets
 from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, host_vars, pack, run_streamed, zip_message
 from corectl.ansible.remote.shards import SERVICE_ROLES
 from corectl.ansible.runner import (
@@ -126,7 +126,10 @@ class _Run:
 def _common(run: _Run, secrets: NodeSecrets | None, policy: str, base: Path) -> _Common:
     """Pack and zip, once, what every node's job shares."""
     remote = PurePosixPath(run.settings.job_dir) / f"corectl-job-{run.ident}"
-    side = RunnerSide(remote_dir=remote, fact_cache=PurePosixPath(run.settings.install_dir) / "facts")
+    # a node's own run under Mitogen when this host's is (CORECTL_ACCELERATOR=mitogen; the payload carries it):
+    # mitogen_local keeps one interpreter for the node's modules instead of one per task (docs/scale.md)
+    facts = PurePosixPath(run.settings.install_dir) / "facts"
+    side = RunnerSide(remote_dir=remote, fact_cache=facts, accelerator=runner_accelerator())
     extravars = {**run.request.extravars, "ansible_connection": "local"}
     if policy:
         extravars["slurm_versions_controller_policy"] = policy
