@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 from typing import Any
+
+from corectl.errors import CorectlError
+from corectl.lab.docker import docker  # the lab's docker CLI call: stdout, or a one-line CorectlError
 
 OWNER = {"owner": "molecule"}  # the label molecule-plugins' driver puts on its containers and networks
 KNOWN = {
@@ -27,19 +29,14 @@ KNOWN = {
 }  # fmt: skip
 
 
-class PlatformError(Exception):
-    pass
+class PlatformError(CorectlError):
+    """A platform this script cannot start as molecule.yml says."""
 
 
-def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
-    if check and done.returncode != 0:
-        raise PlatformError(f"docker {' '.join(args[:2])}: {done.stderr.strip() or done.stdout.strip()}")
-    return done
-
-
-def exists(kind: str, name: str) -> bool:
-    return docker(kind, "inspect", "--format", "{{.Name}}", name, check=False).returncode == 0
+def running(kind: str, name: str) -> str:
+    """A container's or network's state: "" when there is none, else "true" or "false" (a network: "true")."""
+    field = "{{.State.Running}}" if kind == "container" else "true"
+    return docker(kind, "inspect", "--format", field, name, check=False).strip()
 
 
 def labels(values: dict[str, str]) -> list[str]:
@@ -80,14 +77,15 @@ def scenario_networks(platforms: list[dict[str, Any]]) -> dict[str, dict[str, An
 def create(platforms: list[dict[str, Any]]) -> list[str]:
     changed = []
     for name, network in scenario_networks(platforms).items():
-        if not exists("network", name):
+        if not running("network", name):
             subnets = [arg for ipam in network.get("ipam_config", []) for arg in ("--subnet", ipam["subnet"])]
             docker("network", "create", *subnets, *labels(network.get("labels", {})), name)
             changed.append(f"network {name}")
     for platform in platforms:
         argv = run_argv(platform)  # every platform checked before the first container starts
-        if exists("container", platform["name"]):
-            if docker("inspect", "--format", "{{.State.Running}}", platform["name"]).stdout.strip() != "true":
+        state = running("container", platform["name"])
+        if state:
+            if state != "true":
                 docker("start", platform["name"])
                 changed.append(f"started {platform['name']}")
             continue
@@ -99,11 +97,11 @@ def create(platforms: list[dict[str, Any]]) -> list[str]:
 def destroy(platforms: list[dict[str, Any]]) -> list[str]:
     changed = []
     for platform in platforms:
-        if exists("container", platform["name"]):
+        if running("container", platform["name"]):
             docker("rm", "--force", "--volumes", platform["name"])
             changed.append(f"container {platform['name']}")
     for name in scenario_networks(platforms):
-        if exists("network", name):
+        if running("network", name):
             docker("network", "rm", name)
             changed.append(f"network {name}")
     return changed
@@ -116,7 +114,7 @@ def main(argv: list[str]) -> int:
     platforms = json.loads(argv[2])
     try:
         changed = create(platforms) if argv[1] == "create" else destroy(platforms)
-    except PlatformError as error:
+    except CorectlError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(json.dumps({"changed": changed}))

@@ -36,7 +36,9 @@ def docker(*args: str, check: bool = True, input_bytes: bytes | None = None) -> 
     """Run ``docker ARGS`` and return stdout; raise a one-line CorectlError on failure."""
     proc = subprocess.run(["docker", *args], input=input_bytes, capture_output=True, check=False)
     if check and proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        # the last line that says what went wrong (the CLI ends some errors with "Run 'docker run --help' ...")
+        lines = proc.stderr.decode(errors="replace").splitlines()
+        err = [line for line in lines if line.strip() and "--help'" not in line]
         detail = err[-1] if err else f"exit {proc.returncode}"
         raise CorectlError(f"docker {args[0]} failed: {detail}")
     return proc.stdout.decode(errors="replace")
