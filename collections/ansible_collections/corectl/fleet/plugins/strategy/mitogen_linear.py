@@ -12,7 +12,8 @@ no-op provision of head + 3 DGX (docs/performance.md): a quarter of all worker t
 Here the list is made once, in the strategy's process before any worker is forked, so every
 worker inherits both the list and the imported collection packages. The set of paths Mitogen
 hands on is the same as before; only when it is computed changes. Jinja's filter and test plugins
-and its lexer are loaded there too (plugin_utils/prefork.py), as corectl.fleet.linear does.
+and its lexer are loaded there too (plugin_utils/prefork.py), and a task whose `when` is false for a
+host is answered skipped without a worker (plugin_utils/skipfork.py), as corectl.fleet.linear does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import ansible.collections.list
 from ansible.errors import AnsibleError
 from ansible_collections.corectl.fleet.plugins.plugin_utils.prefork import load_before_fork
+from ansible_collections.corectl.fleet.plugins.plugin_utils.skipfork import SkipBeforeFork
 
 try:
     import ansible_mitogen.loaders
@@ -58,7 +60,7 @@ if hasattr(ansible_mitogen.planner, "_load_collections"):
 Base = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
 
-class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):
+class StrategyModule(SkipBeforeFork, ansible_mitogen.strategy.StrategyMixin, Base):
     def run(self, iterator: Any, play_context: Any, result: int = 0) -> int:
         _collection_dirs()  # in this process, before the first worker is forked
         load_before_fork(self._loader)  # Jinja's plugins and lexer, likewise (plugin_utils/prefork.py)
