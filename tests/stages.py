@@ -4,7 +4,9 @@
             second_lab tests (pytest -m "lab and not second_lab"), then the smaller end-to-end test on
             a Debian 13 lab of its own (lab-trixie), then molecule stages
     lane 2: lint (ruff, lint-imports, ansible-lint), the unit tests (pytest -m "not lab ..."), then
-            the suite's second_lab tests on a second lab (lab-fleet), then molecule stages
+            the suite's second_lab tests on a second lab (lab-fleet; its nodes start from the baked
+            image, image-baked, since the first lab proves the install from the bare one), then molecule
+            stages
 
 The molecule stages are one queue, most costly first: every scenario on Debian 12 (bookworm:
 molecule-<scenario>) and on Debian 13 (trixie: molecule-<scenario>-trixie), never one scenario on
@@ -46,6 +48,7 @@ from pathlib import Path
 
 import cpuacct
 from corectl.lab import image
+from corectl.lab.nodes import NODE_IMAGE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
@@ -418,10 +421,17 @@ def main(argv: list[str]) -> int:
     lab_env = {**stages.env, "CORECTL_ACCELERATOR": os.environ.get("CORECTL_ACCELERATOR", "mitogen")}
     release = os.environ.get("CORECTL_RELEASE_ACCELERATOR", lab_env["CORECTL_ACCELERATOR"])
     release_env = {**stages.env, "CORECTL_ACCELERATOR": release}
-    fleet_env = {**lab_env, "CORECTL_E2E_LAB": "labfleet"}
+    # The second Debian 12 lab starts from the baked image (the roles' Debian packages in it): the install from the
+    # bare image is proven on this release by the first lab's first provision in the same run, and on Debian 13 by
+    # its lab's; the second lab's first provision proves the rest of a whole-site run (configuration, services,
+    # secrets, Slurm) as the first does. `python tests/stages.py lab-fleet` alone does the same.
+    fleet_env = {**lab_env, "CORECTL_E2E_LAB": "labfleet", NODE_IMAGE_ENV: "baked"}
 
     def lab(name: str, lane: int, argv: list[str], env: dict[str, str], release: str = RELEASES[0]) -> bool:
-        return images.tag(release, lane) is not None and stages.run(name, lane, argv, env, LAB_STAGE_LIMIT_S)
+        ready = images.tag(release, lane) is not None
+        if env.get(NODE_IMAGE_ENV) == "baked":  # built as its own stage, not inside the lab's
+            ready = ready and images.tag(release, lane, kind="baked") is not None
+        return ready and stages.run(name, lane, argv, env, LAB_STAGE_LIMIT_S)
 
     # In `all` the suite is split over two labs: the second_lab tests (independent of the others' state) run
     # on a second lab in lane 2 while lane 1 runs the rest; a lane takes molecule stages once its labs are done.

@@ -54,9 +54,11 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def first_provision(lab_up: Path) -> Iterator[subprocess.CompletedProcess[str]]:
-    """The lab's first provision (from bare stand-ins to a working cluster). It proved every role's install
-    from the bare image; the nodes the tests add from then on start from the baked image (the same Debian
-    packages already in it: tests/standin/node-packages.yml, issue 45)."""
+    """The lab's first provision (from fresh stand-ins to a working cluster). On the bare image (the default) it
+    proves every role's install; tests/stages.py starts the second Debian 12 lab of `make test` from the baked
+    image instead (CORECTL_LAB_NODE_IMAGE=baked: the first lab proves that install in the same run). The nodes the
+    tests add from then on start from the baked image (the same Debian packages already in it:
+    tests/standin/node-packages.yml, issue 45)."""
     result = corectl("provision", "--inventory", str(lab_up))
     before = os.environ.get(NODE_IMAGE_ENV)
     os.environ[NODE_IMAGE_ENV] = "baked"
