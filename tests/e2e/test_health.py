@@ -10,12 +10,15 @@ import json
 import os
 import re
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
+from corectl.health.failures import thresholds
 from corectl.health.report import last_verdicts
+from corectl.health.stamps import stamp
 from corectl.site import resolve_site
 from e2e.lab import (
     CONSOLE,
@@ -289,6 +292,7 @@ def hook_until_passes(container: str, node: str, timeout: float) -> tuple[int, l
 
 @pytest.mark.parametrize("pair", ROUNDS, ids=["+".join(r) for r in ROUNDS])
 def test_injected_faults_fail_health_and_drain_the_node(lab: Path, pair: tuple[str, str]):
+    since = stamp(datetime.now(UTC) - timedelta(seconds=1))
     placed = dict(zip((f"{P}dgx01", f"{P}dgx02"), pair, strict=True))
     containers_of = {f"{P}dgx01": DGX1, f"{P}dgx02": DGX2}
     for node, check in placed.items():
@@ -313,6 +317,33 @@ def test_injected_faults_fail_health_and_drain_the_node(lab: Path, pair: tuple[s
     assert [run_hook(containers_of[node]) for node in placed] == [0, 0]
     for node in placed:
         assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 60) == "idle|none"
+    # the failure history holds this round (issue 33): each node's failing run, with the check, and the drain
+    # Slurm's health program made, read back from Slurm's accounting, one failure each
+    assert_round_in_history(lab, placed, since)
+
+
+def assert_round_in_history(lab: Path, placed: dict[str, str], since: str) -> None:
+    """`corectl rma` lists, for each node of ``placed``, a failing run naming its check and a drain with the check as
+    the reason, both since ``since``; `corectl status` names as repeat offenders exactly the nodes that reach the
+    site's rule (the lab's: 3 failures in 7 days), whatever the rounds before this one left."""
+    args = ["--inventory", str(lab)]
+    data = json.loads(corectl("rma", *args, "--json", "--failures", "1").stdout)
+    cases = {case["node"]: case for case in data["nodes"]}
+    for node, check in placed.items():
+        assert node in cases, data
+        seen = {c["name"] for e in cases[node]["evidence"] if e["at"] >= since for c in e["checks"]}
+        assert check in seen, (since, cases[node])
+        drains = [d["reason"] for d in cases[node]["drains"] if d["at"] >= since]
+        assert any(reason.startswith(f"corectl-health: {check}: ") for reason in drains), (since, cases[node])
+    failures, _ = thresholds(resolve_site(str(lab)))
+    offenders = [case["node"] for case in data["nodes"] if case["failures"] >= failures]
+    status = corectl("status", *args).stdout.splitlines()
+    named = [line for line in status if line.startswith("repeat offenders (")]
+    if offenders:
+        assert len(named) == 1 and named[0].startswith(f"repeat offenders (>={failures} failures in "), status
+        assert all(f"{node} ({cases[node]['failures']})" in named[0] for node in offenders), (offenders, status)
+    else:
+        assert named == [], (data, status)
 
 
 def test_slurm_health_interval_drains_and_resumes(lab: Path):
@@ -341,6 +372,15 @@ def test_slurm_health_interval_drains_and_resumes(lab: Path):
     finally:
         docker_exec(DGX1, "sh", "-c", clear)
     assert wait_for(lambda: slurm_reason(f"{P}dgx01"), lambda r: r == "idle|none", 90) == "idle|none"
+    # in dgx01's history: the drain slurmd made (ended when it passed again) and the runs that saw the fault;
+    # slurmd's 30 s interval may fall before, between or after them, so the rows may come in any order
+    history = history_rows(corectl("history", f"{P}dgx01", "--inventory", str(lab), "--last", "20").stdout)
+    stamp_re = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
+    drained = next(
+        n for n, row in enumerate(history) if re.match(rf"{stamp_re} DRAIN corectl-health: fabricmanager: ", row)
+    )
+    assert re.search(r"\(root\(0\), until \S+ \S+\)$", history[drained]), history
+    assert any(re.match(rf"{stamp_re} FAIL fabricmanager: ", row) for row in history), history
 
 
 def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_reboot(lab: Path):
@@ -419,35 +459,6 @@ def history_rows(text: str) -> list[str]:
         else:
             rows[-1] += " " + line.strip()
     return [" ".join(row.split()) for row in rows]
-
-
-def test_failure_history_names_the_repeat_offenders(lab: Path):
-    """Every `corectl health` above was recorded, and every drain Slurm's health program made (read from
-    Slurm's accounting): each fault round failed both nodes (a failing run, then the program's drain: one
-    failure), the Slurm interval test failed e2e-dgx01 once more (fabricmanager: two runs and slurmd's own
-    drain, one failure)."""
-    history = history_rows(corectl("history", f"{P}dgx01", "--inventory", str(lab), "--last", "20").stdout)
-    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
-    # the drain slurmd made in the interval test (ended when it passed again), and the runs that saw the fault:
-    # slurmd's 30 s interval may fall before, between or after them, so the rows may come in any order
-    drained = next(
-        n for n, row in enumerate(history) if re.match(rf"{stamp} DRAIN corectl-health: fabricmanager: ", row)
-    )
-    assert re.search(r"\(root\(0\), until \S+ \S+\)$", history[drained]), history
-    assert any(re.match(rf"{stamp} FAIL fabricmanager: ", row) for row in history), history
-    data = json.loads(corectl("rma", "--inventory", str(lab), "--json").stdout)
-    counts = {n["node"]: n["failures"] for n in data["nodes"]}
-    assert counts[f"{P}dgx01"] >= len(ROUNDS) + 1 and counts[f"{P}dgx02"] >= len(ROUNDS), counts
-    seen = {c["name"] for n in data["nodes"] if n["node"] == f"{P}dgx02" for e in n["evidence"] for c in e["checks"]}
-    assert {pair[1] for pair in ROUNDS} <= seen
-    drained = {
-        d["reason"].split(":")[1].strip() for n in data["nodes"] if n["node"] == f"{P}dgx01" for d in n["drains"]
-    }
-    assert {pair[0] for pair in ROUNDS} <= drained, drained  # Slurm's program drained it in each round
-    status = corectl("status", "--inventory", str(lab)).stdout.splitlines()
-    # both nodes failed in every round; the list is by failures, most first
-    assert status[-1].startswith("repeat offenders (>=3 failures in 7 days): "), status
-    assert f"{P}dgx01 (" in status[-1], status
 
 
 def test_a_drain_by_slurms_own_health_program_is_in_the_history_and_counts(lab: Path):
