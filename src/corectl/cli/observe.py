@@ -10,7 +10,7 @@ import typer
 
 from corectl.cli import options, policy
 from corectl.cli.app import app, err, out
-from corectl.cli.options import InventoryOpt, JsonOpt, LastOpt, LimitOpt
+from corectl.cli.options import InventoryOpt, JsonOpt, LastOpt, LimitOpt, WaitOpt
 
 
 @app.command()
@@ -25,12 +25,17 @@ def health(
     burn_in: Annotated[
         bool, typer.Option("--burn-in", help="NCCL all_reduce through Slurm instead, busbw vs the profile's")
     ] = False,
+    wait: WaitOpt = 0,
 ) -> None:
-    """Run the node health checks on compute nodes in parallel; exit 1 if any node fails."""
+    """Run the node health checks on compute nodes in parallel; exit 1 if any node fails. --burn-in resumes the
+    nodes it tested and drains a slow one: it holds the site's lock, as every changing command does."""
     if burn_in:
         from corectl.commands.burnin import burn_in as run_burn_in
 
-        if any(r.status == "fail" for r in run_burn_in(policy.site(inventory), out, limit=limit)):
+        site = policy.site(inventory)
+        with policy.changing(site, wait):
+            results = run_burn_in(site, out, limit=limit)
+        if any(r.status == "fail" for r in results):
             raise typer.Exit(1)
         return
 

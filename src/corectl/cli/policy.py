@@ -34,6 +34,58 @@ def existing_site(inventory: str | None) -> Site:
     return target
 
 
+# What each command does to its site, declared once. CHANGES: it holds the site's lock (changing(), below) for all
+# of its work, so a second changing command is refused with exit 75 or waits (--wait). READS: it never takes the
+# lock and never waits for it. A command whose option switches it to the other kind is listed again with that
+# option ("health --burn-in"). NEW_SITE: init (the site must not exist yet); MACHINE: the lab's image and
+# package repository, of this machine, no site's. tests/unit/test_command_locks.py runs every CHANGES entry under
+# a held lock (refused, the site byte-identical) and fails for a command of the app that is missing here.
+CHANGES, READS, NEW_SITE, MACHINE = "changes", "reads", "new site", "machine"
+COMMAND_LOCKS: dict[str, str] = {
+    "add-node": CHANGES,
+    "backup": CHANGES,
+    "backup --list": READS,
+    "bootstrap": CHANGES,
+    "drain": CHANGES,
+    "heal": CHANGES,
+    "health": READS,
+    "health --burn-in": CHANGES,  # resumes the nodes it tested and drains a slow one
+    "history": READS,
+    "init": NEW_SITE,
+    "lab add": CHANGES,
+    "lab down": CHANGES,
+    "lab image": MACHINE,
+    "lab replace": CHANGES,
+    "lab repo": MACHINE,
+    "lab up": CHANGES,
+    "logs": READS,
+    "plan": READS,
+    "power": CHANGES,
+    "power status": READS,
+    "provision": CHANGES,
+    "remove-node": CHANGES,
+    "render": CHANGES,
+    "render --check": READS,
+    "report": READS,
+    "restore": CHANGES,
+    "resume": CHANGES,
+    "rma": READS,
+    "runners bootstrap": CHANGES,  # the runner hosts a provision fans out over
+    "runs": READS,
+    "schema": READS,
+    "secrets backup-key": READS,
+    "secrets check": READS,
+    "secrets init": CHANGES,
+    "secrets set-bmc": CHANGES,
+    "secrets set-ceph-key": CHANGES,
+    "secrets set-webhook": CHANGES,
+    "status": READS,
+    "upgrade drivers": CHANGES,
+    "validate": READS,
+    "validate-nodes": CHANGES,
+}
+
+
 @contextlib.contextmanager
 def changing(target: Site, wait: float) -> Iterator[None]:
     """Hold the site's lock (one changing command per site); the holder is this command line."""

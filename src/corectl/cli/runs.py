@@ -88,11 +88,13 @@ def upgrade_drivers(
 
 
 @runners_app.command("bootstrap")
-def runners_bootstrap(inventory: InventoryOpt = None) -> None:
+def runners_bootstrap(inventory: InventoryOpt = None, wait: WaitOpt = 0) -> None:
     """Install this host's ansible-core, ansible-runner and collections on every runner host."""
     from corectl.commands.runners import bootstrap_runners
 
-    bootstrap_runners(policy.site(inventory), out)
+    site = policy.site(inventory)
+    with policy.changing(site, wait):  # not while a provision fans out over them
+        bootstrap_runners(site, out)
 
 
 @app.command()
