@@ -232,3 +232,14 @@ def test_a_node_local_job_runs_through_a_real_worker(tmp_path: Path, root: Path,
               "site_setting": "from site.json", "secret_length": 0},
     }  # fmt: skip
     assert not worker_dir.exists() and not own.exists()  # the worker's job and this host's own part: both gone
+
+
+def test_a_packed_job_carries_ansibles_verbosity_when_corectl_v_asked_for_it(tmp_path: Path, root: Path, monkeypatch):
+    """`corectl -v` sets ANSIBLE_VERBOSITY here; a job run on a runner host or a node gets it in its own settings."""
+    site = probe_site(tmp_path, root)
+    runner = RunnerSide(remote_dir=PurePosixPath(tmp_path / "w"), fact_cache=PurePosixPath(tmp_path / "f"))
+    request = RunRequest(site=site, playbook="probe.yml")
+    monkeypatch.delenv("ANSIBLE_VERBOSITY", raising=False)
+    assert "ANSIBLE_VERBOSITY" not in pack(request, tmp_path / "quiet", "q", runner, PASSWORD)["envvars"]
+    monkeypatch.setenv("ANSIBLE_VERBOSITY", "2")
+    assert pack(request, tmp_path / "verbose", "v", runner, PASSWORD)["envvars"]["ANSIBLE_VERBOSITY"] == "2"

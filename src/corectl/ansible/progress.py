@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from corectl.ansible.runner import SHARD_KEY, RunResult, failure_detail, reported_change
+from corectl.ansible.runner import SHARD_KEY, RunResult, failure_detail, reported_change, verbosity
 from corectl.words import counted
 
 FAILURES = ("failed", "unreachable")
@@ -108,7 +108,8 @@ class LiveProgress:
     A play is reported when it ends, in one line, and only if it ran on a host: Ansible starts
     every play of the playbook, also those whose hosts pattern matches nothing in this run.
     ``expected`` (corectl.ansible.records.expected_from_history) adds tasks started against that total and an
-    estimate of the time left.
+    estimate of the time left. With Ansible asked to be verbose (`corectl -v`: ANSIBLE_VERBOSITY), Ansible's own
+    output of each event is printed as it comes, above the live lines.
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class LiveProgress:
         self.hosts_failed: set[str] = set()
         self.hosts_seen: set[str] = set()
         self.started = clock()
+        self.verbose = verbosity() > 0
         self._live: Live | None = None
 
     def __enter__(self) -> LiveProgress:
@@ -187,6 +189,9 @@ class LiveProgress:
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = str(event.get("event", ""))
+        if self.verbose and (said := str(event.get("stdout") or "").replace("\r\n", "\n").strip("\n")):
+            shard = event.get(SHARD_KEY)  # Ansible's colours as styles: kept on a terminal, dropped in a log
+            self.console.print(Text.from_ansi(f"[{shard}] {said}" if shard else said), highlight=False, soft_wrap=True)
         data = event.get("event_data") or {}
         host = data.get("host")
         shard = str(event.get(SHARD_KEY, ""))

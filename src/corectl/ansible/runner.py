@@ -155,6 +155,16 @@ def default_forks() -> int:
     return max(5, min(100, (os.cpu_count() or 2) * 10))
 
 
+VERBOSITY_ENV = "ANSIBLE_VERBOSITY"  # Ansible's own setting; `corectl -v` sets it (corectl.cli.app)
+
+
+def verbosity() -> int:
+    """How verbose Ansible is asked to be (ANSIBLE_VERBOSITY, 0-6; 0 when unset or not a number). Runs from
+    here inherit it with the rest of Ansible's settings; jobs sent to runner hosts and nodes carry it."""
+    value = os.environ.get(VERBOSITY_ENV, "").strip()
+    return min(6, int(value)) if value.isdigit() else 0
+
+
 ACCELERATORS = ("none", "mitogen")
 MITOGEN_STRATEGY = "corectl.fleet.mitogen_linear"
 

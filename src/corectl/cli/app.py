@@ -3,6 +3,7 @@ two consoles every command prints to."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -42,6 +43,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+@app.callback()
+def _root(
+    verbose: int = typer.Option(
+        0,
+        "--verbose",
+        "-v",
+        count=True,
+        show_default=False,
+        metavar="",
+        help="show what Ansible does, as ansible-playbook -v, -vv ... would (corectl -v provision)",
+    ),
+) -> None:
+    # Ansible's own setting (ANSIBLE_VERBOSITY): every run the command starts inherits it, here or on runner hosts
+    # and nodes, and its live progress prints what Ansible says (corectl.ansible.progress)
+    if verbose:
+        os.environ["ANSIBLE_VERBOSITY"] = str(min(verbose, 6))
+
+
 lab_app = typer.Typer(help="The local stand-in cluster (systemd containers).", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 runners_app = typer.Typer(help="Runner hosts that runs fan out over (cluster.yml control).", no_args_is_help=True)

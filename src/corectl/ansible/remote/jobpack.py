@@ -34,7 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from corectl.ansible.runner import RunRequest, default_forks, playbook_options, selection, ssh_extra_args
+from corectl.ansible.runner import (
+    VERBOSITY_ENV,
+    RunRequest,
+    default_forks,
+    playbook_options,
+    selection,
+    ssh_extra_args,
+    verbosity,
+)
 from corectl.secrets import SecretFiles
 
 VAULT_PROMPT = r"^Vault password:\s*?$"
@@ -138,6 +146,7 @@ def pack(
             "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(remote_site / "known_hosts"),
             "ANSIBLE_FORCE_COLOR": "False",
             **(runner.accelerator or {}),
+            **({VERBOSITY_ENV: str(verbosity())} if verbosity() else {}),  # corectl -v, as a run from here
         },
     }
     if vault_password is not None:
