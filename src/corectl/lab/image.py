@@ -193,6 +193,9 @@ def host_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
     return DEFAULT_MIRROR
 
 
+STDERR_FD = 2
+
+
 def ensure_image(quiet: bool = False, release: str = DEFAULT_RELEASE) -> str:
     """Return the release's image tag, building the image first when this machine lacks it."""
     tag = image_tag(release)
@@ -222,11 +225,14 @@ def ensure_image(quiet: bool = False, release: str = DEFAULT_RELEASE) -> str:
             str(root),
             mirror,
         ]
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL if quiet else None, check=False)
+        # the build's progress goes to this command's stderr (or nowhere, quiet): its stdout is the command's own
+        # result (`lab add` prints the node it started, `lab image` the tag), which scripts read
+        progress = subprocess.DEVNULL if quiet else STDERR_FD
+        proc = subprocess.run(cmd, stdout=progress, check=False)
         if proc.returncode != 0:
             raise CorectlError(f"debootstrap of {release} from {mirror} failed (exit {proc.returncode})")
         script = setup_script(release).replace("SECURITY", security).replace("MIRROR", mirror)
-        proc = subprocess.run(["chroot", str(root), "/bin/sh", "-c", script], check=False)
+        proc = subprocess.run(["chroot", str(root), "/bin/sh", "-c", script], stdout=progress, check=False)
         if proc.returncode != 0:
             raise CorectlError("configuring the stand-in image failed (chroot setup script)")
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
