@@ -4,6 +4,7 @@ runs, and the live progress prints what Ansible says for each event, which it do
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,17 @@ PROBE = """
 
 
 @pytest.mark.parametrize(("argv", "expected"), [(["-vv", "schema"], "2"), (["schema"], None)])
-def test_corectl_v_asks_ansible_to_be_verbose(argv: list[str], expected: str | None, monkeypatch):
-    monkeypatch.delenv("ANSIBLE_VERBOSITY", raising=False)
-    result = CliRunner().invoke(app, argv)
-    assert result.exit_code == 0, result.output
-    import os
-
-    assert os.environ.get("ANSIBLE_VERBOSITY") == expected
-    monkeypatch.delenv("ANSIBLE_VERBOSITY", raising=False)  # the test's own process is left as it was
+def test_corectl_v_asks_ansible_to_be_verbose(argv: list[str], expected: str | None):
+    # the option writes os.environ itself: kept and put back by hand (monkeypatch would restore what it last saw)
+    before = os.environ.pop("ANSIBLE_VERBOSITY", None)
+    try:
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 0, result.output
+        assert os.environ.get("ANSIBLE_VERBOSITY") == expected
+    finally:
+        os.environ.pop("ANSIBLE_VERBOSITY", None)
+        if before is not None:
+            os.environ["ANSIBLE_VERBOSITY"] = before
 
 
 def shown(tmp_path: Path, name: str) -> str:
