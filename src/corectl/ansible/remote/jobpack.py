@@ -146,7 +146,7 @@ def pack(
             "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(remote_site / "known_hosts"),
             "ANSIBLE_FORCE_COLOR": "False",
             **(runner.accelerator or {}),
-            **({VERBOSITY_ENV: str(verbosity())} if verbosity() else {}),  # corectl -v, as a run from here
+            **({VERBOSITY_ENV: str(verbose)} if (verbose := verbosity()) else {}),  # corectl -v, as a run from here
         },
     }
     if vault_password is not None:
