@@ -1,27 +1,29 @@
-"""`make test`: every test stage in two lanes side by side, and a time table at the end.
+"""`make test`: every test stage in three lanes side by side, and a time table at the end.
 
     lane 1: the stand-in node image (Docker engine included), then the end-to-end lab suite but its
-            second_lab tests (pytest -m "lab and not second_lab"), then the smaller end-to-end test on
-            a Debian 13 lab of its own (lab-trixie), then molecule stages
+            second_lab tests (pytest -m "lab and not second_lab"), then the tail
     lane 2: lint (ruff, lint-imports, ansible-lint), the unit tests (pytest -m "not lab ..."), then
             the suite's second_lab tests on a second lab (lab-fleet; its nodes start from the baked
-            image, image-baked, since the first lab proves the install from the bare one), then molecule
-            stages
+            image, image-baked, since the first lab proves the install from the bare one), then the tail
+    lane 3: the tail from the start, each of its stages taken only while the machine has idle CPU
+            (less than GATE_BUSY_PERCENT busy over the last 30 s)
 
-The molecule stages are one queue, most costly first: every scenario on Debian 12 (bookworm:
-molecule-<scenario>) and on Debian 13 (trixie: molecule-<scenario>-trixie), never one scenario on
-both at once; a lane that has finished its own stages takes from it. A release's image is built
-once, by the first lane that needs it (image, image-trixie). The labs and each molecule scenario
-use their own docker network, node names (Slurm's cgroups are named after nodes) and ports, so
+The tail is one queue: the smaller end-to-end test on a Debian 13 lab of its own (lab-trixie) first,
+then the molecule stages, most costly first: every scenario on Debian 12 (bookworm: molecule-<scenario>)
+and on Debian 13 (trixie: molecule-<scenario>-trixie), never one scenario on both at once. A release's
+image is built once, by the first lane that needs it (image, image-trixie). The labs and each molecule
+scenario use their own docker network, node names (Slurm's cgroups are named after nodes) and ports, so
 they can run side by side. Every stage writes its output to build/<stage>.log; a failed stage's log
 tail is printed, and its first error lines again at the very end (where a reader of the last lines
 looks). build/cpu.log has the machine's CPU use every 10 s, and the end says how busy it was.
 Exit status 1 when any stage failed.
 
-Two lanes, not more: a third lane kept both cores about 93 % busy (session 27), so it would only add
-its lab's set-up. The suite is split over two labs because one lab was the critical path: with the
-whole suite on lane 1 the second core idled for the run's last ~1,000-1,800 s (session 30: 79 %
-busy; CI stopped the lab stage at its 4,800 s limit), against the second lab's set-up (~300-400 CPU-s).
+Why the third lane is gated: a third lane that always runs kept both cores about 93 % busy (session 27)
+and only added its lab's set-up; but with two labs the cores idle 40-60 % for minutes while the labs'
+tests wait for state (a backup controller's takeover, a log window, a reboot), and the tail fits there.
+The suite is split over two labs because one lab was the critical path: with the whole suite on lane 1
+the second core idled for the run's last ~1,000-1,800 s (session 30: 79 % busy; CI stopped the lab
+stage at its 4,800 s limit), against the second lab's set-up (~300-400 CPU-s).
 
     python tests/stages.py [all | check | lint | unit | image | lab | lab-fleet | lab-trixie
                             | molecule [RELEASE ...] [SCENARIO ...]]
@@ -43,6 +45,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,6 +275,7 @@ class CpuLog:
         self.stages, self.every = stages, every
         self.stop = threading.Event()
         self.first = self.read()
+        self.recent: deque[float] = deque(maxlen=GATE_SAMPLES)  # the busy share of the last samples
         self.thread = threading.Thread(target=self.sample, daemon=True)
 
     @staticmethod
@@ -279,6 +284,12 @@ class CpuLog:
         user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
         busy = user + nice + system + irq + softirq + steal
         return busy, iowait, busy + idle + iowait
+
+    def has_idle_cpu(self) -> bool:
+        """Whether the machine was less than GATE_BUSY_PERCENT busy over the last GATE_SAMPLES samples (the
+        third lane's gate: it adds work only where the labs' waiting tests leave the cores idle)."""
+        recent = list(self.recent)
+        return len(recent) == GATE_SAMPLES and sum(recent) / len(recent) < GATE_BUSY_PERCENT
 
     @staticmethod
     def share(before: tuple[int, int, int], after: tuple[int, int, int]) -> tuple[float, float]:
@@ -292,6 +303,7 @@ class CpuLog:
             while not self.stop.wait(self.every):
                 now = self.read()
                 busy, iowait = self.share(last, now)
+                self.recent.append(busy)
                 out.write(f"{time.monotonic() - self.stages.t0:6.0f}s busy {busy:3.0f}% iowait {iowait:3.0f}%\n")
                 out.flush()
                 last = now
@@ -330,50 +342,74 @@ def python_sources() -> list[str]:
     return ["src", "tests", "bench", "collections", "molecule/plugins", *packages, *shipped]
 
 
+# The third lane's gate: it takes its next stage only while the machine was less than this busy over the
+# last samples of CpuLog (10 s apart); a closed gate is looked at again every GATE_POLL_S.
+GATE_BUSY_PERCENT = 70
+GATE_SAMPLES = 3
+GATE_POLL_S = 10
 # the scenarios with the Ceph fixture (its own image: CORECTL_CEPH_IMAGE)
 CEPH_SCENARIOS = ("cephfs",)
 # the scenarios' usual cost, most first: a lane that frees up late takes what is left, short ones last
 MOLECULE_ORDER = ("slurm", "gpu", "cephfs", "base", "users")
 
 
-class MoleculeQueue:
-    """The molecule stages (each scenario on each release) shared by every lane that has finished its own
-    work: whichever lane is free takes the next, so the lanes end close together. A scenario never runs on
-    two releases at once (the same instance names, network and molecule state directory)."""
+@dataclass(frozen=True)
+class Tail:
+    """One stage of the run's tail: ``key`` is what it holds while it runs (a molecule scenario's instance
+    names, network and state directory; a lab's name), so two stages with one key never run at once."""
 
-    def __init__(self, stages: Stages, images: Images, names: list[str], releases: list[str]) -> None:
+    key: str
+    run: Callable[[int], bool]
+
+
+class TailQueue:
+    """The stages after the labs, shared by every lane that has finished its own work: the Debian 13 lab
+    first (when the run has it), then the molecule stages (each scenario on each release, most costly first).
+    Whichever lane is free takes the next, so the lanes end close together; a lane given a ``gate`` takes its
+    next stage only while the gate is open (the third lane: while the machine has idle CPU) or goes home
+    when the queue is empty. A scenario never runs on two releases at once."""
+
+    def __init__(
+        self, stages: Stages, images: Images, names: list[str], releases: list[str], first: list[Tail] | None = None
+    ) -> None:
         self.stages, self.images = stages, images
         cost = {name: i for i, name in enumerate(MOLECULE_ORDER)}
         ordered = sorted(names, key=lambda name: (cost.get(name, len(cost)), name))
-        self.waiting = [(name, release) for name in ordered for release in releases]
+        self.waiting: list[Tail] = [*(first or []), *(self.scenario(n, r) for n in ordered for r in releases)]
         self.running: set[str] = set()
         self.changed = threading.Condition()
 
-    def take(self) -> tuple[str, str] | None:
+    def scenario(self, name: str, release: str) -> Tail:
+        def run(lane: int) -> bool:
+            # the baked image: the install from the bare one is proven by each lab's first provision
+            tag = self.images.tag(release, lane, kind="baked")
+            ceph = self.images.tag(release, lane, kind="ceph") if name in CEPH_SCENARIOS else None
+            ran = tag is not None and (ceph is not None or name not in CEPH_SCENARIOS)
+            return ran and self.stages.molecule(name, lane, tag, release, ceph)
+
+        return Tail(name, run)
+
+    def take(self, gate: Callable[[], bool] | None = None) -> Tail | None:
         with self.changed:
             while self.waiting:
-                free = [item for item in self.waiting if item[0] not in self.running]
-                if free:
+                free = [tail for tail in self.waiting if tail.key not in self.running]
+                if free and (gate is None or gate()):
                     self.waiting.remove(free[0])
-                    self.running.add(free[0][0])
+                    self.running.add(free[0].key)
                     return free[0]
-                self.changed.wait()
+                # a closed gate is the machine's load: looked at again when a stage ends or the load is sampled
+                self.changed.wait(timeout=None if gate is None else GATE_POLL_S)
             return None
 
-    def work(self, lane: int) -> bool:
+    def work(self, lane: int, gate: Callable[[], bool] | None = None) -> bool:
         """Run stages from the queue until it is empty; False when any stage of this lane's failed."""
         ok = True
-        while (item := self.take()) is not None:
-            name, release = item
+        while (tail := self.take(gate)) is not None:
             try:
-                # the baked image: the install from the bare one is proven by each lab's first provision
-                tag = self.images.tag(release, lane, kind="baked")
-                ceph = self.images.tag(release, lane, kind="ceph") if name in CEPH_SCENARIOS else None
-                ran = tag is not None and (ceph is not None or name not in CEPH_SCENARIOS)
-                ok = ran and self.stages.molecule(name, lane, tag, release, ceph) and ok
+                ok = tail.run(lane) and ok
             finally:
                 with self.changed:
-                    self.running.discard(name)
+                    self.running.discard(tail.key)
                     self.changed.notify_all()
         return ok
 
@@ -406,13 +442,7 @@ def main(argv: list[str]) -> int:
     first_lab_tests = [*lab_run, "-m", "lab and not second_lab"]  # the rest, beside it (make test)
     images = Images(stages)
 
-    asked = argv[1:] if what == "molecule" else []
-    queue = MoleculeQueue(
-        stages,
-        images,
-        [a for a in asked if a not in RELEASES] or scenarios(),
-        [r for r in RELEASES if r in asked] or list(RELEASES),
-    )
+    cpu = CpuLog(stages)
 
     # The e2e tests run under Mitogen (2x faster here; docs/performance.md), and so does every molecule
     # scenario (.config/molecule/config.yml); CORECTL_ACCELERATOR=none make test runs the labs stock. The
@@ -433,22 +463,35 @@ def main(argv: list[str]) -> int:
             ready = ready and images.tag(release, lane, kind="baked") is not None
         return ready and stages.run(name, lane, argv, env, LAB_STAGE_LIMIT_S)
 
-    # In `all` the suite is split over two labs: the second_lab tests (independent of the others' state) run
-    # on a second lab in lane 2 while lane 1 runs the rest; a lane takes molecule stages once its labs are done.
-    def lab_then_molecule() -> bool:
-        ran = lab("lab", 1, first_lab_tests, lab_env)
-        release = lab(f"lab-{RELEASES[1]}", 1, release_tests, release_env, RELEASES[1])
-        return queue.work(1) and ran and release
+    trixie = f"lab-{RELEASES[1]}"
+    # in `all` the Debian 13 lab is the tail's first stage (its longest), taken by whichever lane is free first
+    first = [Tail(trixie, lambda lane: lab(trixie, lane, release_tests, release_env, RELEASES[1]))]
+    asked = argv[1:] if what == "molecule" else []
+    queue = TailQueue(
+        stages,
+        images,
+        [a for a in asked if a not in RELEASES] or scenarios(),
+        [r for r in RELEASES if r in asked] or list(RELEASES),
+        first if what == "all" else [],
+    )
 
-    def checks_then_molecule() -> bool:
+    # In `all` the suite is split over two labs: the second_lab tests (independent of the others' state) run
+    # on a second lab in lane 2 while lane 1 runs the rest; a lane takes from the tail once its own stages are
+    # done, and a third lane takes from it from the start, each stage only while the machine has idle CPU (the
+    # labs' waiting tests leave the cores 40-60 % idle for stretches of minutes: docs/testing.md, session 37).
+    def lab_then_tail() -> bool:
+        ran = lab("lab", 1, first_lab_tests, lab_env)
+        return queue.work(1) and ran
+
+    def checks_then_tail() -> bool:
         linted = lint(stages, lane=2)
         unit = stages.run("unit", 2, unit_tests)
         fleet = lab("lab-fleet", 2, fleet_tests, fleet_env)
-        molecule = queue.work(2)
-        return molecule and fleet and unit and linted
+        tail = queue.work(2)
+        return tail and fleet and unit and linted
 
     stages_of = {
-        "all": lambda: in_parallel(lab_then_molecule, checks_then_molecule),
+        "all": lambda: in_parallel(lab_then_tail, checks_then_tail, lambda: queue.work(3, gate=cpu.has_idle_cpu)),
         "lint": lambda: lint(stages),
         # the inner loop beside lint, on both cores (pytest-xdist): make check. loadgroup: the tests that
         # share a costly module-scoped fixture are marked xdist_group and run on one worker (tests/conftest.py)
@@ -461,13 +504,12 @@ def main(argv: list[str]) -> int:
         "image": images.tag,
         "lab": lambda: lab("lab", 1, lab_tests, lab_env),
         "lab-fleet": lambda: lab("lab-fleet", 1, fleet_tests, fleet_env),
-        f"lab-{RELEASES[1]}": lambda: lab(f"lab-{RELEASES[1]}", 1, release_tests, release_env, RELEASES[1]),
+        trixie: lambda: lab(trixie, 1, release_tests, release_env, RELEASES[1]),
         "molecule": lambda: queue.work(1),
     }
     if what not in stages_of:
         print(__doc__, file=sys.stderr)
         return 2
-    cpu = CpuLog(stages)
     cpu.thread.start()
     try:
         stages_of[what]()

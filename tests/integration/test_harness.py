@@ -195,8 +195,8 @@ def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_relea
         def tag(self, release: str, lane: int, kind: str = "node") -> str:
             return f"corectl-{kind}:{release}"
 
-    queue = stages.MoleculeQueue(FakeStages(), FakeImages(), ["users", "slurm", "zeta", "gpu"], list(stages.RELEASES))
-    assert queue.waiting[:2] == [("slurm", "bookworm"), ("slurm", "trixie")] and queue.waiting[-1][0] == "zeta"
+    queue = stages.TailQueue(FakeStages(), FakeImages(), ["users", "slurm", "zeta", "gpu"], list(stages.RELEASES))
+    assert [t.key for t in queue.waiting[:3]] == ["slurm", "slurm", "gpu"] and queue.waiting[-1].key == "zeta"
     results = stages.in_parallel(*(lambda lane=lane: queue.work(lane) for lane in (1, 2, 3)))
     assert clash == []
     assert sorted((name, release) for name, release, _ in ran) == sorted(
@@ -205,6 +205,38 @@ def test_the_lanes_share_molecule_stages_and_never_run_one_scenario_on_two_relea
     assert ran[1][:2] == ("gpu", "bookworm")  # taken while slurm ran on bookworm: not slurm on trixie
     failed_lane = next(lane for name, release, lane in ran if (name, release) == ("users", "trixie"))
     assert results == [lane != failed_lane for lane in (1, 2, 3)]
+
+
+def test_the_gated_lane_takes_a_stage_only_while_its_gate_is_open_and_goes_home_with_an_empty_queue(
+    root: Path, monkeypatch
+):
+    """tests/stages.py: the third lane asks its gate (the machine's idle CPU) before each stage: closed, it takes
+    nothing and looks again; open, it takes the tail's first stage (the Debian 13 lab); a lane whose gate never
+    opens ends as soon as the other lanes have emptied the queue."""
+    monkeypatch.syspath_prepend(str(root / "tests"))
+    import stages
+
+    monkeypatch.setattr(stages, "GATE_POLL_S", 0.01)
+    ran: list[tuple[str, int]] = []
+
+    def tail(key: str) -> stages.Tail:
+        return stages.Tail(key, lambda lane: ran.append((key, lane)) is None)
+
+    answers = iter([False, False])  # closed twice, then open
+    queue = stages.TailQueue(None, None, [], [], [tail("lab-trixie"), tail("molecule")])  # type: ignore[arg-type]
+    asked: list[bool] = []
+
+    def gate() -> bool:
+        asked.append(next(answers, True))
+        return asked[-1]
+
+    assert queue.work(3, gate=gate)
+    assert ran == [("lab-trixie", 3), ("molecule", 3)] and asked[:3] == [False, False, True]
+
+    ran.clear()
+    queue = stages.TailQueue(None, None, [], [], [tail("a"), tail("b")])  # type: ignore[arg-type]
+    closed = stages.in_parallel(lambda: queue.work(3, gate=lambda: False), lambda: queue.work(1))
+    assert closed == [True, True] and ran == [("a", 1), ("b", 1)]
 
 
 def test_a_second_head_comes_after_the_dgx_so_they_keep_their_places(tmp_path: Path, root: Path):
