@@ -611,6 +611,7 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
             ROOT / "roles/slurm/templates/corectl-node-health.j2",
             slurm_health_check_dir=health_d,
             slurm_health_check_pause_file=paused,
+            slurm_drain_reason_module=ROOT / "roles/slurm/files/corectl_drain_reason.py",  # common.yml installs it
         )
     )
     wrapper = health_d / "10-corectl"
@@ -655,6 +656,15 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
     paused.write_text("garbage\n")  # not a time: no pause
     node.sim("clear", "all")
     assert health() == (0, "")
+
+    # an operator's drain is kept through a failure and a pass: the hook asks corectl_drain_reason whose it is
+    (slurm / "reason").write_text("corectl drain: rack 4 maintenance")
+    updates = (slurm / "log").read_text()
+    node.sim("fault", "lost-gpu", "--gpu", "5")
+    assert health() == (1, "corectl drain: rack 4 maintenance")
+    node.sim("clear", "all")
+    assert health() == (0, "corectl drain: rack 4 maintenance")
+    assert (slurm / "log").read_text() == updates  # neither drained again nor resumed
 
 
 def test_an_idle_gpu_with_a_lowered_link_passes(node: SimNode):

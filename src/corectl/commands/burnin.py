@@ -12,6 +12,7 @@ from rich.table import Table
 from corectl import ansible, slurm
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress, TaskResults
+from corectl.drain_reason import DrainReason
 from corectl.site import Site
 from corectl.site.inventory import render_site
 
@@ -55,7 +56,6 @@ def judge(raw: dict) -> BurnIn:
     return BurnIn(node, "fail", message, before)  # fail, or interrupted (the job was cancelled)
 
 
-REASON_MAX = 250  # characters of a drain reason (Slurm keeps more; sinfo and squeue show far less)
 RESULT_TASK = "Record the node's burn-in result"  # playbooks/burn-in.yml: its fact is the node's result
 
 
@@ -67,6 +67,8 @@ def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[B
         command="health --burn-in",
         limit=limit or "compute",  # the play's hosts: a fanned-out run then has no shard of service nodes
         secrets=False,
+        # a drained node whose reason the play could not read is drained again with this one
+        extravars={"corectl_burn_in_unknown_reason": str(DrainReason.burn_in("drained before it"))},
     )
     with LiveProgress(console, f"burn-in {site.name}") as progress:
         recorded = TaskResults(RESULT_TASK, progress)
@@ -89,4 +91,4 @@ def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[B
 def drain_reason(result: BurnIn) -> str:
     """What Slurm shows for a node that failed its burn-in (and why it was drained before, if it was)."""
     before = f" (drained before: {result.drained_for})" if result.drained_for else ""
-    return f"corectl burn-in: {result.message}{before}"[:REASON_MAX]
+    return str(DrainReason.burn_in(f"{result.message}{before}"))

@@ -13,6 +13,7 @@ from rich.text import Text
 from corectl import ansible, hostlist
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress
+from corectl.drain_reason import PREFIX, DrainReason, Source
 from corectl.errors import CorectlError
 from corectl.health import heal as rules
 from corectl.health.failures import Action, keep_slurm_events, last_action
@@ -152,7 +153,7 @@ class Healer:
         if not passed:
             return
         result = state_run(
-            self.site, self.cluster, self.console, sorted(passed), "resume", only_reason=rules.HEALTH_REASON
+            self.site, self.cluster, self.console, sorted(passed), "resume", only_reason=PREFIX[Source.HEALTH]
         )
         for node, detail in sorted(passed.items()):
             if result.ok:
@@ -167,7 +168,7 @@ class Healer:
         for node, (check, _) in cases.items():
             by_check.setdefault(check, []).append(node)
         for check, nodes in sorted(by_check.items()):
-            reason = rules.SERVICE_REASON.format(check=check)
+            reason = str(DrainReason.service(check))
             result = state_run(self.site, self.cluster, self.console, sorted(nodes), "drain", reason)
             for node in sorted(nodes):
                 why = cases[node][1]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from corectl.drain_reason import DrainReason
 from corectl.health.stamps import parse_stamp
 
 if TYPE_CHECKING:
@@ -29,17 +30,10 @@ class Drain:
     failure: bool
 
 
-# Drains that are failures: Slurm's health program's (role slurm), the GPU handover epilog's, heal's
-# escalation, burn-in's and the validation jobs', and Slurm's own (set by its SlurmUser: a node not
-# responding, a kill that failed). Every other drain (an operator's, an upgrade's, add-node's and
-# remove-node's) is planned work and is kept out of failure figures.
-FAILURE_REASONS = (
-    "corectl-health:",
-    "corectl-epilog:",
-    "corectl: needs hardware service",
-    "corectl burn-in:",
-    "corectl validation:",
-)
+# Drains that are failures: every one of corectl's programs' (corectl.drain_reason: Slurm's health
+# program's, the GPU handover epilog's, heal's escalation, burn-in's and the validation jobs'), and
+# Slurm's own (set by its SlurmUser: a node not responding, a kill that failed). Every other drain (an
+# operator's, an upgrade's, add-node's and remove-node's) is planned work and is kept out of failure figures.
 SLURM_USER = "slurm("
 # A failing health run this long before a failure drain of its node, or during one, is evidence of
 # that failure, not another one (Slurm's program drains within its interval of `corectl health`).
@@ -47,7 +41,7 @@ SAME_FAILURE_LEAD = timedelta(minutes=10)
 
 
 def is_failure(reason: str, user: str) -> bool:
-    return reason.startswith(FAILURE_REASONS) or user.startswith(SLURM_USER)
+    return DrainReason.parse(reason) is not None or user.startswith(SLURM_USER)
 
 
 @dataclass(frozen=True)

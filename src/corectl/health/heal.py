@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from corectl.drain_reason import DrainReason, Source
 from corectl.errors import CorectlError
 from corectl.health.failures import Action, stamp
 from corectl.site import groupvars
 
-HEALTH_REASON = "corectl-health:"  # how Slurm's health program (role slurm) starts its drain reason
-SERVICE_REASON = "corectl: needs hardware service ({check})"
 # Steps a ladder may use: playbooks/heal.yml carries out all but power-cycle (the BMC, corectl power).
 STEPS = ("restart-fabricmanager", "restart-persistenced", "gpu-reset", "reboot", "power-cycle")
 LADDERS_VAR = "corectl_heal_ladders"
@@ -35,10 +34,8 @@ OK = "ok"
 
 def drained_check(reason: str) -> str | None:
     """The check named by a health-check drain reason; None for any other reason."""
-    if not reason.startswith(HEALTH_REASON):
-        return None
-    check = reason[len(HEALTH_REASON) :].split(":", 1)[0].strip()
-    return check or None
+    found = DrainReason.parse(reason)
+    return (found.check or None) if found is not None and found.source == Source.HEALTH else None
 
 
 def ladders(values: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -22,31 +22,24 @@ Definitions (docs/operations.md says them to operators):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from corectl.drain_reason import DrainReason, Source
 from corectl.health.drains import Drain, Stretch, failure_stretches
 from corectl.health.failures import Verdict
 from corectl.health.stamps import parse_stamp
 
-HEALTH = re.compile(r"^corectl-health: ([a-z0-9-]+):")
-SERVICE = re.compile(r"^corectl: needs hardware service \(([a-z0-9-]+)\)")
-VALIDATION = re.compile(r"^corectl validation: ([a-z0-9-]+):")
-BURN_IN = "corectl burn-in:"  # burn-in runs the checker's nccl check
+GPU_HANDOVER = "gpu-handover"  # the class of the epilog's drains (they name no check)
 
 
 def failure_class(reason: str) -> str:
     """The class of a failure drain, from its reason."""
-    found = HEALTH.match(reason) or SERVICE.match(reason) or VALIDATION.match(reason)
-    if found:
-        return found.group(1)
-    if reason.startswith(BURN_IN):
-        return "nccl"
-    if reason.startswith("corectl-epilog:"):
-        return "gpu-handover"
-    return f"slurm: {reason.strip() or 'no reason'}"
+    found = DrainReason.parse(reason)
+    if found is None:
+        return f"slurm: {reason.strip() or 'no reason'}"
+    return GPU_HANDOVER if found.source == Source.EPILOG else found.check
 
 
 @dataclass(frozen=True)
