@@ -15,7 +15,9 @@ from rich.console import Console
 from corectl import ansible, hostlist
 from corectl.ansible import RunRequest, RunResult
 from corectl.ansible.progress import LiveProgress, summary_table
+from corectl.drain_reason import Source
 from corectl.errors import CorectlError
+from corectl.node_state import SINFO_FORMAT, NodeState, parse_sinfo
 from corectl.site import Site
 from corectl.site.inventory import render_site
 from corectl.site.model import Cluster
@@ -34,7 +36,7 @@ class NodeEvent(NamedTuple):
 
 @dataclass
 class SlurmStatus:
-    states: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
+    states: dict[str, NodeState] = field(default_factory=dict)  # node -> its state and reason
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job id -> nodes
     events: list[NodeEvent] = field(default_factory=list)  # drains and downs, oldest first
 
@@ -60,7 +62,7 @@ def parse_events(lines: list[str]) -> list[NodeEvent]:
 
 
 def parse_status(data: dict) -> SlurmStatus:
-    states = {row[0]: (row[1], row[2] if len(row) > 2 else "") for row in data.get("nodes", []) if row}
+    states = parse_sinfo([str(line) for line in data.get("nodes", [])])  # sinfo's lines of SINFO_FORMAT
     # a job's nodes: Slurm's host list ("dgx[01-04]"), or already a list of names
     jobs: dict[str, list[str]] = {}
     for job, nodes in data.get("jobs", []):
@@ -75,7 +77,7 @@ def read_slurm_status(site: Site, console: Console | None = None) -> SlurmStatus
             site=site,
             playbook="slurm-status.yml",
             command="status",
-            extravars={"corectl_status_out": str(out)},
+            extravars={"corectl_status_out": str(out), "corectl_sinfo_format": SINFO_FORMAT},
             secrets=False,
             fan_out=False,  # one host's work, on the controller
         )
@@ -134,12 +136,13 @@ def state_run(
     names: list[str],
     state: str,
     reason: str | None = None,
-    only_reason: str | None = None,
+    only_source: Source | None = None,
     cleared: Path | None = None,
 ) -> RunResult:
-    """Drain (with ``reason``) or resume ``names`` on the controller; ``only_reason``: resume only
-    nodes whose reason starts with it; ``cleared``: first end the failures the health check keeps
-    on each node (an operator's resume), writing what was ended there as <node>.json."""
+    """Drain (with ``reason``) or resume ``names`` on the controller (corectl.fleet.slurm_node_state);
+    ``only_source``: resume only nodes drained by corectl's program of that source (corectl.drain_reason);
+    ``cleared``: first end the failures the health check keeps on each node (an operator's resume), writing
+    what was ended there as <node>.json."""
     controller = cluster.with_role("slurm_controller")[0].name
     extravars = {"corectl_state_nodes": hostlist.compress(names), "corectl_state": state}
     hosts = [controller]
@@ -148,8 +151,8 @@ def state_run(
         hosts += [name for name in names if name != controller]
     if reason:
         extravars["corectl_state_reason"] = reason.strip()
-    if only_reason:
-        extravars["corectl_state_only_reason"] = only_reason
+    if only_source:
+        extravars["corectl_state_only_source"] = str(only_source)
     request = RunRequest(
         site=site,
         playbook="node-state.yml",

@@ -29,6 +29,7 @@ from corectl.errors import CorectlError
 from corectl.health import failures
 from corectl.health import report as health_mod
 from corectl.health.failures import Action, Drain, FailedCheck, Verdict, site_offenders, thresholds
+from corectl.node_state import NodeState
 from corectl.site import Site, groupvars
 from corectl.slurm import NodeEvent, SlurmStatus, parse_events
 
@@ -350,10 +351,10 @@ def test_the_shared_thresholds_are_in_health_yml():
 def test_status_names_the_repeat_offenders_it_knows(site: Site):
     rma_site(site)
     offenders = failures.repeat_offenders(site, 3, 7, NOW)
-    states = {f"dgx{i:02d}": ("idle", "none") for i in range(1, 12)}  # dgx12: no longer in Slurm
+    states = {f"dgx{i:02d}": NodeState("idle") for i in range(1, 12)}  # dgx12: no longer in Slurm
     lines = lines_of(status_table(SlurmStatus(states=states), {}, offenders))
     assert lines[-1] == "repeat offenders (>=3 failures in 7 days): dgx07 (4)"
-    states["dgx12"] = ("drain", "corectl-health: gpu-count")
+    states["dgx12"] = NodeState("drain", "corectl-health: gpu-count")
     lines = lines_of(status_table(SlurmStatus(states=states), {}, offenders))
     assert lines[-1] == "repeat offenders (>=3 failures in 7 days): dgx07 (4), dgx12 (3)"
     assert not any("repeat" in line for line in lines_of(status_table(SlurmStatus(states=states), {})))

@@ -19,10 +19,12 @@ from corectl import power as power_cmd
 from corectl.ansible.runner import RunResult
 from corectl.commands import heal as heal_cmd
 from corectl.commands import power as power_command
+from corectl.drain_reason import source_of
 from corectl.errors import CorectlError, ValidationFailed
 from corectl.health import failures
 from corectl.health import heal as rules
 from corectl.health.report import HealthResult
+from corectl.node_state import NodeState
 from corectl.secrets import bmc_credentials, set_bmc_credentials
 from corectl.site import Site
 from corectl.site.loader import load_cluster
@@ -146,7 +148,7 @@ def test_power_names_nodes_without_a_bmc_and_unknown_ones(site: Site) -> None:
 
 
 def test_power_off_refuses_a_node_with_jobs_or_a_head_node(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    status = SlurmStatus(states={"dgx01": ("alloc", "none")}, jobs={"4711": ["dgx01"]})
+    status = SlurmStatus(states={"dgx01": NodeState("alloc")}, jobs={"4711": ["dgx01"]})
     monkeypatch.setattr(power_cmd, "read_slurm_status", lambda _site: status)
     cluster = load_cluster(site.directory)
     nodes = [cluster.node("dgx01"), cluster.node("dgx02"), cluster.node("head01")]
@@ -210,7 +212,7 @@ class SimulatedCluster:
         self.validation_runs: list[tuple[tuple[str, ...], int | None]] = []  # (nodes, dcgmi diag level)
 
     def status(self, *_: Any) -> SlurmStatus:
-        states = {n: ("drain", r) for n, r in self.reasons.items()}
+        states = {n: NodeState("drain", r) for n, r in self.reasons.items()}
         return SlurmStatus(states=states, jobs={job: [n] for n, jobs in self.jobs.items() for job in jobs})
 
     def health(
@@ -241,9 +243,9 @@ class SimulatedCluster:
                 self.faults[node] = None
         return {}
 
-    def state_run(self, _site, _cluster, _console, names, state, reason=None, only_reason=None) -> RunResult:
+    def state_run(self, _site, _cluster, _console, names, state, reason=None, only_source=None) -> RunResult:
         for node in names:
-            if state == "resume" and self.reasons[node].startswith(only_reason or ""):
+            if state == "resume" and (only_source is None or source_of(self.reasons[node]) == only_source):
                 self.reasons[node] = "none"
             elif state == "drain":
                 self.reasons[node] = reason

@@ -10,6 +10,7 @@ import pytest
 
 from corectl.commands.upgrade import batches, rollout_order
 from corectl.errors import CorectlError, ValidationFailed
+from corectl.node_state import NodeState
 from corectl.site import edit, resolve_site
 from corectl.site.loader import load_cluster
 from corectl.slurm import parse_status
@@ -61,13 +62,14 @@ def test_rollout_puts_idle_nodes_first_and_cuts_batches():
 def test_status_parser():
     status = parse_status(
         {
-            "nodes": [["dgx01", "alloc", "none"], ["dgx02", "drain", "corectl-health: ecc: GPU 1"]],
+            "nodes": ["dgx01|alloc|none", "dgx02|drain|corectl-health: ecc: GPU 1"],
             "jobs": [[7, ["dgx01"]]],
         }
     )
     assert status.busy_nodes() == {"dgx01"}
     assert status.jobs_on("dgx01") == ["7"]
-    assert status.states["dgx02"] == ("drain", "corectl-health: ecc: GPU 1")
+    assert status.states["dgx02"] == NodeState("drain", "corectl-health: ecc: GPU 1")
+    assert status.states["dgx01"] == NodeState("alloc", "")  # sinfo's "none"
 
 
 def test_plan_lists_each_hosts_changing_tasks_once():

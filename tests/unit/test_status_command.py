@@ -8,18 +8,19 @@ from rich.console import Console
 
 from corectl.commands.status import is_quiet, status_table
 from corectl.hostlist import expand
+from corectl.node_state import NodeState
 from corectl.slurm import SlurmStatus, parse_status
 
 LONG_NAME = "corectl-labtest-e2e-dgx01"
 STAMP = "2025-01-10 09:12:44Z"
-EXCEPTIONS = {  # node -> (state, reason)
-    "dgx0007": ("drain", "corectl-health: xid: Xid 79 on GPU 3"),
-    "dgx0250": ("down*", "Not responding"),
-    "dgx0251": ("alloc", "none"),
-    "dgx0252": ("mix", "none"),
-    "dgx0400": ("idle", "reserved for burn-in"),
-    "dgx0512": ("idle", "none"),  # idle, but its last health check failed
-    LONG_NAME: ("drain", "none"),
+EXCEPTIONS = {  # node -> its state and reason (sinfo's "none": "")
+    "dgx0007": NodeState("drain", "corectl-health: xid: Xid 79 on GPU 3"),
+    "dgx0250": NodeState("down*", "Not responding"),
+    "dgx0251": NodeState("alloc"),
+    "dgx0252": NodeState("mix"),
+    "dgx0400": NodeState("idle", "reserved for burn-in"),
+    "dgx0512": NodeState("idle"),  # idle, but its last health check failed
+    LONG_NAME: NodeState("drain"),
 }
 
 
@@ -31,7 +32,7 @@ def lines_of(renderable: object, width: int = 80) -> list[str]:
 
 def thousand_nodes() -> tuple[SlurmStatus, dict[str, str]]:
     """dgx0001..dgx0999 and a long-named node: 993 idle and healthy, 7 that need a look."""
-    states = {f"dgx{i:04d}": ("idle", "none") for i in range(1, 1000)}
+    states = {f"dgx{i:04d}": NodeState("idle") for i in range(1, 1000)}
     states.update(EXCEPTIONS)
     jobs = {"4242": ["dgx0251"], "4243": ["dgx0252"], "4244": ["dgx0252"]}
     health = {node: f"ok {STAMP}" for node in ("dgx0001", "dgx0500", "dgx0999")}
@@ -76,12 +77,12 @@ def test_quiet_means_idle_without_reason_job_or_failed_check():
     status = parse_status(
         {
             "nodes": [
-                ["n1", "idle", "none"],
-                ["n2", "idle*", "none"],
-                ["n3", "idle", "maintenance"],
-                ["n4", "idle", "none"],
-                ["n5", "idle", "none"],
-                ["n6", "idle", "none"],
+                "n1|idle|none",
+                "n2|idle*|none",
+                "n3|idle|maintenance",
+                "n4|idle|none",
+                "n5|idle|none",
+                "n6|idle|none",
             ],
             "jobs": [["9", "n4"]],
         }
@@ -92,12 +93,12 @@ def test_quiet_means_idle_without_reason_job_or_failed_check():
 
 
 def test_all_quiet_is_two_lines_and_no_table():
-    status = SlurmStatus(states={f"dgx{i:02d}": ("idle", "none") for i in range(1, 13)})
+    status = SlurmStatus(states={f"dgx{i:02d}": NodeState("idle") for i in range(1, 13)})
     assert lines_of(status_table(status)) == ["12 nodes: 12 idle", "idle and healthy (12): dgx[01-12]"]
 
 
 def test_no_quiet_node_has_no_host_list_line():
-    status = SlurmStatus(states={"dgx01": ("drain", "bad gpu")})
+    status = SlurmStatus(states={"dgx01": NodeState("drain", "bad gpu")})
     lines = lines_of(status_table(status, {}))
     assert lines[0] == "1 node: 1 drain"
     assert not any("idle and healthy" in line for line in lines)

@@ -13,11 +13,12 @@ from rich.text import Text
 from corectl import ansible, hostlist
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress
-from corectl.drain_reason import PREFIX, DrainReason, Source
+from corectl.drain_reason import DrainReason, Source
 from corectl.errors import CorectlError
 from corectl.health import heal as rules
 from corectl.health.failures import Action, keep_slurm_events, last_action
 from corectl.health.report import health
+from corectl.node_state import NodeState
 from corectl.power import apply as power_apply
 from corectl.power import credentials, history_recorder
 from corectl.site import Site, groupvars
@@ -64,10 +65,10 @@ class Healer:
         keep_slurm_events(self.site, status.events, self.warn)
         chosen = []
         for node in named or computes:
-            state, reason = status.states.get(node, ("unknown", ""))
+            state, reason = status.states.get(node, NodeState("unknown"))
             if rules.drained_check(reason) is None:
                 if named:
-                    why = f"{state}, reason: {reason}" if reason and reason != "none" else state
+                    why = f"{state}, reason: {reason}" if reason else state
                     self.outcomes.append(Outcome(node, "skipped", f"not drained by the health checks ({why})"))
                 continue
             jobs = status.jobs_on(node)
@@ -152,9 +153,7 @@ class Healer:
     def resume(self, passed: dict[str, str]) -> None:
         if not passed:
             return
-        result = state_run(
-            self.site, self.cluster, self.console, sorted(passed), "resume", only_reason=PREFIX[Source.HEALTH]
-        )
+        result = state_run(self.site, self.cluster, self.console, sorted(passed), "resume", only_source=Source.HEALTH)
         for node, detail in sorted(passed.items()):
             if result.ok:
                 self.record(node, rules.HEALED, rules.OK, detail)

@@ -19,18 +19,10 @@ from corectl.site.inventory import render_site
 from corectl.slurm import SlurmStatus, read_slurm_status
 from corectl.words import counted
 
-QUIET_STATE = "idle"  # sinfo %t: "idle*" (not responding) and "idle~" (powered off) are not quiet
-BAD_STATES = ("drain", "drng", "down", "fail")
-
-
-def _reason(reason: str) -> str:
-    return "" if reason == "none" else reason
-
 
 def is_quiet(status: SlurmStatus, node: str, health: dict[str, str], busy: set[str]) -> bool:
     """Idle, no reason, no job, and its last health check passed (or it was never checked)."""
-    state, reason = status.states[node]
-    return state == QUIET_STATE and not _reason(reason) and node not in busy and not verdict_failed(health.get(node))
+    return status.states[node].quiet and node not in busy and not verdict_failed(health.get(node))
 
 
 def status_summary(status: SlurmStatus, health: dict[str, str]) -> Text:
@@ -57,11 +49,16 @@ def exceptions_table(status: SlurmStatus, names: list[str], health: dict[str, st
     for column in ("reason", "jobs", "health"):
         table.add_column(column, overflow="fold")
     for node in names:
-        state, reason = status.states[node]
+        state = status.states[node]
         verdict = health.get(node)
-        bad = state.startswith(BAD_STATES) or verdict_failed(verdict)
+        bad = state.bad or verdict_failed(verdict)
         table.add_row(
-            node, state, _reason(reason), ", ".join(status.jobs_on(node)), verdict or "-", style="red" if bad else None
+            node,
+            state.state,
+            state.reason,
+            ", ".join(status.jobs_on(node)),
+            verdict or "-",
+            style="red" if bad else None,
         )
     return table
 

@@ -1,0 +1,1 @@
+../../../../../../src/corectl/drain_reason.py

@@ -1,0 +1,1 @@
+../../../src/corectl/node_state.py
