@@ -13,16 +13,9 @@ import yaml
 
 from corectl.errors import CorectlError
 from corectl.lab import image
-from corectl.lab.nodes import (
-    NODE_FLAGS,
-    LabNode,
-    LabSpec,
-    forget_host_key,
-    lab_cluster,
-    load_spec,
-    remove_slurm_cgroups,
-    save_spec,
-)
+from corectl.lab.inventory import lab_cluster, write_inventory
+from corectl.lab.nodes import NODE_FLAGS, forget_host_key, remove_slurm_cgroups
+from corectl.lab.spec import LabNode, LabSpec, load_spec, save_spec
 from corectl.site import Site
 
 
@@ -120,8 +113,13 @@ def test_lab_cluster_is_valid_and_addresses_follow_the_subnet(tmp_path: Path, ro
 
     site = Site(root=root, directory=tmp_path / "lab3")
     site.directory.mkdir()
-    spec = LabSpec(site=site, computes=3, subnet="172.29.99.0/24", ssh_port_base=23000)
-    (site.directory / "cluster.yml").write_text(yaml.safe_dump(lab_cluster(spec)))
+    spec = LabSpec(site=site, computes=3, subnet="172.29.99.0/24", ssh_port_base=23000, ceph=True, runners=2)
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBQEgpLwRj3cMTl8p2rrXIdhmmRmlx7FxKwhoixawtjS alice@lab"
+    write_inventory(spec, {"nvidia_driver_repo_url": "http://172.29.99.6/nvidia"}, key)
+    text = (site.directory / "cluster.yml").read_text()
+    assert text.startswith("# Written by `corectl lab up`") and "# the machine's two cores" in text  # its comments
+    assert yaml.safe_load(text) == lab_cluster(spec, key)
+    assert yaml.safe_load((site.directory / "group_vars" / "all.yml").read_text())["nvidia_driver_repo_url"]
     cluster = load_cluster(site.directory)
     assert [n.name for n in cluster.nodes] == ["dgx01", "dgx02", "dgx03", "head01"]
     assert cluster.node("dgx03").address == "172.29.99.13"

@@ -288,7 +288,8 @@ def test_add_node_killed_at_random_points_leaves_every_file_old_or_new(tmp_path:
     (BootstrapPeer) that lets the bootstrap in, so its host key is recorded, and refuses Ansible's key;
     the other nodes' ports are closed. Each run fails fast at its first playbook, after every file it
     writes has been written."""
-    from corectl.lab.nodes import LabSpec, lab_cluster
+    from corectl.lab.inventory import lab_cluster
+    from corectl.lab.spec import LabSpec
 
     site = Site(root=ROOT, directory=tmp_path / "killsite")
     site.directory.mkdir()

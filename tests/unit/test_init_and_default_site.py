@@ -15,20 +15,24 @@ from conftest import ROOT, closed_port
 from corectl import bootstrap, secrets
 from corectl.cli import app
 from corectl.errors import CorectlError
-from corectl.site import default_site_name, resolve_site
+from corectl.lab.inventory import cluster_text
+from corectl.lab.spec import LabSpec
+from corectl.site import Site, default_site_name, resolve_site
 from corectl.site.loader import load_cluster
 
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A project with the lab and prod sites, as a fresh clone has them."""
+    """A project with the prod site, as a fresh clone has it, and the lab's as `corectl lab up` writes it."""
     root = tmp_path / "project"
     (root / "playbooks").mkdir(parents=True)
     (root / "playbooks" / "site.yml").write_text("[]\n")
     (root / "roles").mkdir()
-    for site in ("prod", "lab"):
-        (root / "inventories" / site).mkdir(parents=True)
-        shutil.copy(ROOT / "inventories" / site / "cluster.yml", root / "inventories" / site / "cluster.yml")
+    (root / "inventories" / "prod").mkdir(parents=True)
+    shutil.copy(ROOT / "inventories" / "prod" / "cluster.yml", root / "inventories" / "prod" / "cluster.yml")
+    (root / "inventories" / "lab").mkdir()
+    lab = Site(root=root, directory=root / "inventories" / "lab")
+    (root / "inventories" / "lab" / "cluster.yml").write_text(cluster_text(LabSpec(site=lab)))
     monkeypatch.setenv("CORECTL_ROOT", str(root))
     monkeypatch.delenv("CORECTL_INVENTORY", raising=False)
     for name in ("CORECTL_VAULT_PASSWORD", "CORECTL_VAULT_PASSWORD_FILE"):

@@ -38,7 +38,6 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / name, root / name, symlinks=True)
     shutil.copy(ROOT / "ansible.cfg", root / "ansible.cfg")
     shutil.copytree(ROOT / "inventories" / "prod", root / "inventories" / "prod")
-    shutil.copytree(ROOT / "inventories" / "lab", root / "inventories" / "lab", ignore=shutil.ignore_patterns(".*"))
     cluster = root / "inventories" / "prod" / "cluster.yml"
     text = cluster.read_text()
     assert "    user: root\n" in text

@@ -10,7 +10,8 @@ import yaml
 
 from corectl import secrets
 from corectl.errors import CorectlError
-from corectl.lab.nodes import LabSpec, lab_cluster
+from corectl.lab.inventory import lab_cluster
+from corectl.lab.spec import LabSpec
 from corectl.site import Site
 
 

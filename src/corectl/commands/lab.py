@@ -5,7 +5,8 @@ from __future__ import annotations
 from corectl import secrets
 from corectl.lab import ceph, repo
 from corectl.lab.image import ensure_baked_image, ensure_ceph_image, ensure_image
-from corectl.lab.nodes import LabNode, LabSpec, add, down, replace_node, up
+from corectl.lab.nodes import add, down, replace_node, up
+from corectl.lab.spec import LabNode, LabSpec
 from corectl.site.inventory import render_site
 
 __all__ = [

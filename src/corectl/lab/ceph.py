@@ -15,7 +15,8 @@ from corectl import secrets
 from corectl.ansible import run_standalone
 from corectl.errors import CorectlError
 from corectl.lab.image import ensure_ceph_image
-from corectl.lab.nodes import LabSpec, start_container, wait_booted
+from corectl.lab.nodes import start_container, wait_booted
+from corectl.lab.spec import LabSpec
 
 CLIENT = "corectl"
 FS_NAME = "cephfs"

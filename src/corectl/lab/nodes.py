@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import os
 import secrets
 import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
-from corectl import hostlist
 from corectl import secrets as site_secrets
 from corectl.errors import CorectlError
-from corectl.files import atomic_write, write_if_changed
+from corectl.files import atomic_write
 from corectl.lab import bmc, repo
 from corectl.lab.docker import LABEL, accounting_flags, docker, ensure_engine
-from corectl.lab.image import DEFAULT_RELEASE, check_release, ensure_baked_image, ensure_image
+from corectl.lab.image import ensure_baked_image, ensure_image
+from corectl.lab.inventory import LAB_USER, write_inventory
+from corectl.lab.spec import SPEC_FILE, LabNode, LabSpec, load_spec, save_spec
 from corectl.site import Site
 
 # The flags measured to run systemd as PID 1 here (see docs/testing.md); molecule's shared
@@ -48,305 +45,6 @@ RESTART_POLICY = "--restart=unless-stopped"
 # the nodes they add later skip the downloads and unpacking (issue 45; tests/standin/node-packages.yml).
 NODE_IMAGE_ENV = "CORECTL_LAB_NODE_IMAGE"
 NODE_IMAGES = ("bare", "baked")
-
-
-@dataclass(frozen=True)
-class LabNode:
-    name: str
-    address: str
-    ssh_port: int
-    head: bool
-
-
-@dataclass(frozen=True)
-class LabSpec:
-    site: Site
-    computes: int = 2
-    subnet: str = "172.29.10.0/24"
-    ssh_port_base: int = 22100
-    # Slurm puts job cgroups in the host's tree as /slurm_<node>: two labs on one machine need
-    # different node names (the end-to-end test uses its own prefix).
-    prefix: str = ""
-    # a stand-in Ceph cluster beside the nodes, mounted with ceph-fuse at /shared
-    ceph: bool = False
-    # runner host stand-ins (cluster.yml control.runners): runs fan out over them; a rack per DGX
-    runners: int = 0
-    # head stand-ins: head02 (address .9) is a second head for a backup controller (corectl lab add --head)
-    heads: int = 1
-    # the Debian release of the lab's stand-ins (corectl lab image --release), and of nodes added
-    # with another one (corectl lab add --release): node name -> release
-    release: str = DEFAULT_RELEASE
-    releases: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        try:
-            ipaddress.IPv4Network(self.subnet)
-        except ValueError:
-            raise CorectlError(
-                f"--subnet {self.subnet}: not an IPv4 network such as 172.29.10.0/24", exit_code=2
-            ) from None
-        if not 1024 <= self.ssh_port_base <= 65535 - 64:
-            raise CorectlError(f"--ssh-port-base {self.ssh_port_base}: choose a port from 1024 to 65471", exit_code=2)
-        for release in (self.release, *self.releases.values()):
-            check_release(release)
-
-    def release_of(self, node: str) -> str:
-        return self.releases.get(node, self.release)
-
-    @property
-    def network(self) -> str:
-        return f"corectl-{self.site.name}"
-
-    def ceph_address(self) -> str:
-        return str(ipaddress.IPv4Network(self.subnet).network_address + 5)
-
-    def repo_address(self) -> str:
-        """The stand-in package repository's server (tests/standin)."""
-        return str(ipaddress.IPv4Network(self.subnet).network_address + 6)
-
-    def container(self, node: str) -> str:
-        return f"corectl-{self.site.name}-{node}"
-
-    def nodes(self) -> list[LabNode]:
-        net = ipaddress.IPv4Network(self.subnet)
-        if net.num_addresses < 16 + self.computes:
-            raise CorectlError(f"--subnet {self.subnet} is too small for {self.computes + 1} nodes")
-        out = [LabNode(f"{self.prefix}head01", str(net.network_address + 10), self.ssh_port_base, True)]
-        for i in range(1, self.computes + 1):
-            name = f"{self.prefix}dgx{i:02d}"
-            out.append(LabNode(name, str(net.network_address + 10 + i), self.ssh_port_base + i, False))
-        if self.heads > 1:  # last: the DGX keep their places (their BMCs' kinds follow them)
-            out.append(LabNode(f"{self.prefix}head02", str(net.network_address + 9), self.ssh_port_base + 40, True))
-        return out
-
-    def runner_hosts(self) -> list[LabNode]:
-        """Runner stand-ins: addresses from .40, SSH published 50 ports above the head's."""
-        net = ipaddress.IPv4Network(self.subnet)
-        return [
-            LabNode(f"{self.prefix}runner{i}", str(net.network_address + 40 + i), self.ssh_port_base + 50 + i, False)
-            for i in range(1, self.runners + 1)
-        ]
-
-
-LAB_USER = "alice"  # a declared user whose SSH key the lab keeps in .lab/ (try logins as a user)
-
-
-def lab_cluster(spec: LabSpec, user_key: str | None = None) -> dict:
-    """The lab's cluster.yml: a head node and N DGX stand-ins on one leaf switch.
-
-    ``user_key``: the public SSH key declared for LAB_USER.
-    """
-    nodes = spec.nodes()[: 1 + spec.computes]  # a second head (lab add --head) is declared by the operator
-    head = nodes[0]
-    computes = [n.name for n in nodes if not n.head]
-    compute_range = hostlist.compress(computes)
-    return {
-        "cluster": {
-            "name": spec.site.name.replace("_", "-"),
-            "domain": "lab.corectl.test",
-            "timezone": "Europe/Berlin",
-            "ntp_servers": [head.address],
-            "ssh": {"user": "root", "key": ".lab/id_ed25519"},
-            "environment": {"CORECTL_SITE": spec.site.name},
-        },
-        "profiles": {
-            "dgx-standin": {
-                "description": "systemd container standing in for a DGX H100 (GPUs simulated)",
-                # the machine's two cores as two sockets of one core: GPUs 0-3 bind to socket 0's
-                # core, 4-7 to socket 1's, as on a DGX H100 (the gres.conf Cores= test)
-                "sockets": 2,
-                "cores_per_socket": 1,
-                "threads_per_core": 1,
-                "memory_mb": 1024,
-                "scratch": "/raid",
-                "nvme_drives": 10,  # gpu-sim's stand-in drives (2 boot + 8 data, as a DGX H100)
-                "gpudirect_rdma": True,
-                "gpus": {"count": 8, "model": "h100", "nvswitch": True, "autodetect": "off"},
-            },
-            "head-standin": {
-                "description": "systemd container standing in for the head node",
-                "sockets": 1,
-                "cores_per_socket": 2,
-                "threads_per_core": 1,
-                "memory_mb": 1024,
-            },
-        },
-        "nodes": [
-            {
-                "name": n.name,
-                "address": n.address,
-                "profile": "head-standin" if n.head else "dgx-standin",
-                "roles": ["slurm_controller", "slurm_dbd", "login", "monitoring"] if n.head else ["compute"],
-                **({} if n.head else {"leaf": "leaf1", "bmc": bmc.declaration(n.address, index)}),
-                **({"rack": f"rack{index}"} if spec.runners and not n.head else {}),
-                "ssh": {"host": "127.0.0.1", "port": n.ssh_port},
-            }
-            for index, n in enumerate(nodes)
-        ],
-        "fabric": {
-            "kind": "infiniband",
-            "rate_gbps": 400,
-            "switches": [{"name": "leaf1"}, {"name": "spine1", "switches": ["leaf1"]}],
-            # the simulated HCAs (gpu-sim's sysfs) and the stand-ins' network interface
-            "hcas": [f"mlx5_{i}" for i in range(8)],
-            "socket_interface": "eth0",
-            "nccl": {"NCCL_IB_GID_INDEX": "3"},
-        },
-        "slurm": {
-            "accounting": True,
-            "pam_slurm_adopt": True,
-            "partitions": [{"name": "batch", "nodes": compute_range, "default": True}],
-            # a declared accounting tree for the end-to-end test: fair share, a GPU cap, preemption
-            "qos": [
-                {"name": "high", "priority": 100, "preempt": ["low"]},
-                {"name": "low"},
-            ],
-            "accounts": [
-                {"name": "research", "fairshare": 10, "qos": ["normal", "high", "low"]},
-                {"name": "vision", "parent": "research", "fairshare": 5, "grp_tres": {"gres/gpu": 4}},
-                {"name": "hpcadmin"},
-            ],
-        },
-        "groups": [{"name": "research", "gid": 20000}, {"name": "hpcadmin", "gid": 20001}],
-        "users": [
-            {
-                "name": LAB_USER,
-                "uid": 20001,
-                "group": "research",
-                # her default account, and the team's sub-account with its GPU cap
-                "slurm_accounts": ["research", "vision"],
-                **({"ssh_keys": [user_key]} if user_key else {}),
-            },
-            {"name": "carol", "uid": 20003, "group": "hpcadmin", "groups": ["research"], "admin": True},
-        ],
-        "monitoring": {
-            "prometheus": True,
-            "scrape_interval": "15s",
-            "retention": "2d",
-            # Grafana (the stand-in package) with corectl's dashboards
-            "grafana": {"anonymous_viewers": True},
-            # Alertmanager on the head; its mail goes nowhere (no relay on the lab's network): the e2e test reads
-            # the silences corectl drain sets
-            "alerts": {
-                "receiver": "operators",
-                "receivers": [{"name": "operators", "email": ["operators@lab.corectl.test"]}],
-                "smtp": {"smarthost": "127.0.0.1:25", "sender": "alertmanager@lab.corectl.test", "require_tls": False},
-            },
-        },
-        # chrony on a loaded 2-core machine can lose its (same-kernel) source for minutes: a longer grace
-        "health": {
-            "thresholds": {"clock_unsynced_grace_s": 600},
-            # validation of idle nodes: the timers' rounds (single-node and pairwise) once a day (the e2e tests
-            # start their services themselves, so no round lands in another test's jobs), any idle node, three at
-            # once (a pairwise round needs three to tell the bad node of a bad pair), short jobs
-            "validation": {
-                "interval_min": 1440,
-                "idle_min": 0,
-                "max_nodes": 3,
-                "time_limit_min": 10,
-                "pairwise_interval_min": 1440,
-            },
-        },
-        # backups of the head on CephFS (its own disk may die), two kept, Prometheus's data with them; the timer's
-        # schedule is a day away (the e2e test starts its service itself)
-        "backup": {"destination": "/shared/corectl-backups", "retention": 2, "schedule": "daily", "prometheus": True},
-        # every node's logs on the head (the default log host), a week kept
-        "logs": {"keep_days": 7},
-        **(
-            {
-                "control": {
-                    "runners": [{"name": r.name, "host": "127.0.0.1", "port": r.ssh_port} for r in spec.runner_hosts()],
-                    "shard_by": "rack",
-                    # runners sit on the lab network: they reach nodes at their addresses, not the
-                    # ports published on this machine's loopback
-                    "node_endpoint": "address",
-                }
-            }
-            if spec.runners
-            else {}
-        ),
-        **(
-            {
-                "cephfs": {
-                    "monitors": [f"{spec.ceph_address()}:6789"],
-                    "mounts": [
-                        {"fs_name": "cephfs", "path": "/", "mountpoint": "/shared", "client": "corectl", "fuse": True}
-                    ],
-                }
-            }
-            if spec.ceph
-            else {}
-        ),
-    }
-
-
-# Stand-in containers differ from metal in a few measured ways; the lab's site group_vars
-# say so explicitly (the roles' defaults stay right for real nodes).
-LAB_GROUP_VARS = {
-    # docker bind-mounts /etc/hosts into the container: it can be rewritten, not replaced
-    "base_etc_hosts_unsafe_writes": True,
-    # no CAP_SYS_TIME in a container: chronyd syncs and serves time without setting the clock
-    "base_chrony_control_clock": False,
-    # /proc/sys is read-only in a container: settings are written to sysctl.d, not applied live
-    "base_sysctl_apply": False,
-    "enroot_sysctl_apply": False,
-    # no kernel modules in a container: the stand-in driver's `gpu-sim reload` plays the reload
-    "nvidia_driver_activation": "reload",
-    "nvidia_driver_reload_commands": [["gpu-sim", "reload"]],
-    # the simulated GPUs' InfiniBand ports and kernel log (XID events) live in gpu-sim's files
-    # short health interval: injected faults drain a node within half a minute (Slurm's health
-    # check RPC waits for the program: on this 2-core machine a 10 s interval starved slurmd)
-    "slurm_health_check_interval": 30,
-    "node_health_ib_sysfs_root": "/var/lib/gpu-sim/sysfs/class/infiniband",
-    "node_health_edac_sysfs_root": "/var/lib/gpu-sim/sysfs/devices/system/edac/mc",
-    # and its NVMe drives (a tree like /sys/class/nvme, SMART logs in nvme-cli's JSON; gpu-sim-nvme, a shell
-    # stand-in for `nvme smart-log`, prints the log gpu-sim keeps per drive: ten Python stand-ins a health run
-    # were most of its CPU on this 2-core machine)
-    "node_health_nvme_sysfs_root": "/var/lib/gpu-sim/sysfs/class/nvme",
-    "node_health_nvme_smart_command": ["gpu-sim-nvme", "smart-log", "{device}", "--output-format=json"],
-    "node_health_xid_command": ["gpu-sim", "kernel-log", "--since", "{window}"],
-    "corectl_heal_kernel_log": ["gpu-sim", "kernel-log"],  # what heal keeps before a reboot
-    # nccl-tests' all_reduce_perf (burn-in, validation): the stand-in answering for the simulated GPUs (gpu-sim's
-    # package)
-    "node_health_nccl_command": ["/usr/bin/gpu-sim-all-reduce-perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"],
-    "node_health_nccl_pair_command": [
-        *("srun", "--ntasks-per-node=1", "--gres=gpu:{gpus}", "/usr/bin/gpu-sim-all-reduce-perf"),
-        *("-b", "1G", "-e", "8G", "-f", "2", "-g", "{gpus}"),
-    ],
-    # perftest's ib_write_bw (validation's pairwise round): the stand-in answering for gpu-sim's ports
-    "node_health_ib_pair_command": ["/usr/bin/gpu-sim-ib-write-bw", "--report_gbits", "-F"],
-    "corectl_burn_in_wait_s": 120,
-    "corectl_burn_in_time_min": 5,
-    # no InfiniBand devices in a container (no /sys/class/infiniband): enroot's 99-mellanox.sh
-    # hook, which mounts over that directory, would fail every container start
-    "enroot_mellanox": False,
-    # nor modules to load: `gpu-sim modprobe` plays modprobe for GPUDirect RDMA (nvidia-peermem),
-    # and gpu-sim's list of loaded modules stands in for /proc/modules
-    "rdma_modprobe_command": ["gpu-sim", "modprobe"],
-    "rdma_modules_file": "/var/lib/gpu-sim/modules",
-    "node_health_modules_file": "/var/lib/gpu-sim/modules",
-    # a container shares the host's kernel, so its boot_id never changes: heal's reboot step
-    # compares when systemd (PID 1) started instead
-    "corectl_heal_boot_time_command": "systemctl show --property=UserspaceTimestampMonotonic --value",
-}
-
-
-def _dump(data: object, header: str) -> str:
-    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
-
-
-def write_inventory(spec: LabSpec, repo_vars: dict | None = None, user_key: str | None = None) -> None:
-    site = spec.site
-    (site.directory / "group_vars").mkdir(parents=True, exist_ok=True)
-    (site.directory / "host_vars").mkdir(parents=True, exist_ok=True)
-    header = "# Written by `corectl lab up`; `corectl lab up` rewrites it. See docs/testing.md.\n"
-    write_if_changed(site.cluster_file, _dump(lab_cluster(spec, user_key), header))
-    write_if_changed(site.directory / "group_vars" / "all.yml", _dump({**LAB_GROUP_VARS, **(repo_vars or {})}, header))
-    head = spec.nodes()[0]
-    write_if_changed(
-        site.directory / "host_vars" / f"{head.name}.yml",
-        _dump({"base_chrony_allow": [spec.subnet], "base_chrony_local_stratum": 8}, header),
-    )
 
 
 def ensure_key(site: Site, name: str = "id_ed25519") -> Path:
@@ -578,24 +276,6 @@ def _start_nodes(spec: LabSpec, nodes: list[LabNode], key: Path) -> None:
             _ensure_gpu_devices(container)
     _record_host_keys(spec)
     _check_ssh(spec, key)
-
-
-SPEC_FILE = "spec.json"
-
-
-def save_spec(spec: LabSpec) -> None:
-    keys = ("computes", "subnet", "ssh_port_base", "prefix", "ceph", "runners", "heads", "release", "releases")
-    data = {k: getattr(spec, k) for k in keys}
-    spec.site.lab_dir.mkdir(parents=True, exist_ok=True)
-    (spec.site.lab_dir / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-
-def load_spec(site: Site) -> LabSpec:
-    try:
-        data = json.loads((site.lab_dir / SPEC_FILE).read_text())
-    except (OSError, ValueError):
-        raise CorectlError(f"no lab is up for site {site.name}; run corectl lab up --inventory {site.name}") from None
-    return LabSpec(site=site, **data)
 
 
 BARE_ADMIN = "dgxadmin"
