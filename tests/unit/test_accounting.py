@@ -253,7 +253,8 @@ def test_unknown_billing_tres_is_refused(prod_copy: Path):
 def test_every_qos_preempts_the_validation_qos_and_without_validation_nothing_is_added(root: Path):
     """health.validation adds its QOS (no priority, cancelled when preempted) and puts it in the preempt list of
     every other QOS, normal included (declared or not); without it the QOS are exactly those declared."""
-    from corectl.site.model import Qos, Validation
+    from corectl.site.model_services import Validation
+    from corectl.site.model_slurm import Qos
     from corectl.site.render import qos_list
 
     config = load_cluster(root / "inventories" / "prod").config

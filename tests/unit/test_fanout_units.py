@@ -17,7 +17,8 @@ from corectl.cli import app
 from corectl.site import Site
 from corectl.site.inventory import render_site
 from corectl.site.loader import load_cluster
-from corectl.site.model import Cluster, Control, Node, RunnerHost
+from corectl.site.model import Cluster, Control, Node
+from corectl.site.model_services import RunnerHost
 
 CONTROL = """
 control:

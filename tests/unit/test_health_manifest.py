@@ -15,7 +15,7 @@ import yaml
 
 from conftest import CHECKER, ROOT
 from corectl.health.report import CHECK_ORDER
-from corectl.site.model import POSITIVE_THRESHOLDS, HealthThreshold
+from corectl.site.model_services import POSITIVE_THRESHOLDS, HealthThreshold
 
 ROLE = ROOT / "roles" / "node_health"
 # the role's own variables, which are not checker settings: where things go, and Slurm's hook

@@ -23,7 +23,8 @@ from corectl.power import apply as power_apply
 from corectl.power import credentials, history_recorder
 from corectl.site import Site, groupvars
 from corectl.site.inventory import render_site
-from corectl.site.model import Cluster, Validation
+from corectl.site.model import Cluster
+from corectl.site.model_services import Validation
 from corectl.slurm import compute_names, read_slurm_status, state_run
 
 POWER_TIMEOUT_S = 120  # for the BMC to report off, then on

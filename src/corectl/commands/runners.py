@@ -14,7 +14,7 @@ from corectl.bootstrap import fingerprint, known_key, record_key
 from corectl.errors import CorectlError
 from corectl.site import Site
 from corectl.site.inventory import validate
-from corectl.site.model import RunnerHost
+from corectl.site.model_services import RunnerHost
 
 
 def _learn_host_key(site: Site, runner: RunnerHost) -> str | None:

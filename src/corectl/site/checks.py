@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from corectl import hostlist
-from corectl.site.model import BMC_DEFAULT_PORTS, POSITIVE_THRESHOLDS, Bmc, ClusterConfig, Node, NodeBmc, Switch
+from corectl.site.model import BMC_DEFAULT_PORTS, Bmc, ClusterConfig, Node, NodeBmc, Switch
+from corectl.site.model_services import POSITIVE_THRESHOLDS
 from corectl.site.yamlsrc import PathKey, dotted
 
 

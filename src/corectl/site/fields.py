@@ -12,7 +12,7 @@ import ipaddress
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 # Every string of cluster.yml also passes loader.py's generic rule (no Jinja markers, no control
 # characters, at most 4096 characters). The types below narrow the fields whose values become a
@@ -196,3 +196,9 @@ JumpHost = Annotated[str, StringConstraints(min_length=1, max_length=1024), Afte
 SshPublicKey = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_ssh_public_key)]
 # free text (descriptions): the generic rule applies; capped like every string
 FreeText = Annotated[str, StringConstraints(max_length=4096)]
+
+
+class Strict(BaseModel):
+    """Every section rejects unknown keys: a typo must never pass silently."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)

@@ -12,18 +12,8 @@ from typing import Any
 
 from corectl import hostlist
 from corectl.files import write_if_changed
-from corectl.site.model import (
-    DEFAULT_STATE_DIR,
-    ROLES,
-    Account,
-    Cluster,
-    ClusterConfig,
-    Fabric,
-    Node,
-    Profile,
-    Qos,
-    User,
-)
+from corectl.site.model import ROLES, Cluster, ClusterConfig, Fabric, Node, Profile, User
+from corectl.site.model_slurm import DEFAULT_STATE_DIR, Account, Qos
 
 
 def _key_path(key: str | None) -> str | None:

@@ -52,7 +52,8 @@ from corectl.ansible.runner import (
 from corectl.bootstrap import key_path
 from corectl.errors import CorectlError
 from corectl.secrets import NodeSecrets, ceph_clients, node_secrets
-from corectl.site.model import Cluster, Node, NodeLocal, RunnerHost
+from corectl.site.model import Cluster, Node, NodeLocal
+from corectl.site.model_services import RunnerHost
 
 CONTROL_HOST = "control host"
 SERVICES = "services"

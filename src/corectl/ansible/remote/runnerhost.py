@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 
 from corectl.errors import CorectlError
 from corectl.site import Site
-from corectl.site.model import RunnerHost
+from corectl.site.model_services import RunnerHost
 
 TOP_PACKAGES = ("ansible-runner", "ansible-core")
 ACCELERATOR_PACKAGE = "mitogen"  # its ansible_mitogen package holds the strategy plugin

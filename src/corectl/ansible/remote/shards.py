@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from corectl.site.model import Cluster, Control, Node, RunnerHost
+from corectl.site.model import Cluster, Control, Node
+from corectl.site.model_services import RunnerHost
 
 SERVICE_ROLES = frozenset({"slurm_controller", "slurm_dbd", "login", "monitoring"})
 
