@@ -32,8 +32,9 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from corectl.ansible.events import HostStats, RunRequest, stats_from_event
 from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
-from corectl.ansible.runner import HostStats, RunRequest, run_playbook, stats_from_event
+from corectl.ansible.runner import run_playbook
 from corectl.secrets import SecretFiles, vault_password
 from corectl.site import Site, resolve_site
 

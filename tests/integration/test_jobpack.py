@@ -17,8 +17,8 @@ import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from conftest import probe_project
+from corectl.ansible.events import RunRequest
 from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
-from corectl.ansible.runner import RunRequest
 from corectl.site import Site
 
 PROBE = """

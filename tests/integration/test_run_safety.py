@@ -47,7 +47,8 @@ PROBE = """\
 CHILD = """\
 import sys
 from pathlib import Path
-from corectl.ansible.runner import RunRequest, run_playbook
+from corectl.ansible.runner import run_playbook
+from corectl.ansible.events import RunRequest
 from corectl.site import Site
 site = Site(root=Path(sys.argv[1]), directory=Path(sys.argv[2]))
 extra = {"probe_out": sys.argv[3], "probe_sleep": int(sys.argv[4])}

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from conftest import ROOT, probe_project
-from corectl.ansible.runner import RunRequest, failure_detail, run_playbook, runner_kwargs, stats_from_event
+from corectl.ansible.events import RunRequest, failure_detail, stats_from_event
+from corectl.ansible.runner import run_playbook, runner_kwargs
 from corectl.site import resolve_site
 
 PROBE = """

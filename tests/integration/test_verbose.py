@@ -12,8 +12,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import probe_project
+from corectl.ansible.events import RunRequest
 from corectl.ansible.progress import LiveProgress
-from corectl.ansible.runner import RunRequest, run_playbook
+from corectl.ansible.runner import run_playbook
 from corectl.cli import app
 
 PROBE = """

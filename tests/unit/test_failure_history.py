@@ -20,7 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from corectl.ansible.runner import HostStats, RunRequest, RunResult
+from corectl.ansible.events import HostStats, RunRequest, RunResult
 from corectl.cli import app
 from corectl.commands import failures as failures_cmd
 from corectl.commands.failures import history_view, rma_json, rma_view

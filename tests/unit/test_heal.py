@@ -16,7 +16,7 @@ from rich.console import Console
 
 from conftest import ROOT
 from corectl import power as power_cmd
-from corectl.ansible.runner import RunResult
+from corectl.ansible.events import RunResult
 from corectl.commands import heal as heal_cmd
 from corectl.commands import power as power_command
 from corectl.drain_reason import source_of

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from corectl.ansible.runner import HostStats, RunRequest, RunResult
+from corectl.ansible.events import HostStats, RunRequest, RunResult
 from corectl.cli import app
 from corectl.health import report as health_mod
 from corectl.health.report import (

@@ -113,7 +113,7 @@ def test_plan_names_the_changed_paths_of_a_files_task():
 def test_a_no_log_change_is_still_a_change():
     """Ansible censors a no_log result to a notice without "changed" (as in the munge key's task,
     recorded from a real run); its "changed: [host]" line is what says so."""
-    from corectl.ansible.runner import Tally
+    from corectl.ansible.events import Tally
     from corectl.commands.provision import changes_from
 
     notice = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
@@ -164,7 +164,7 @@ def test_burn_in_reads_each_nodes_result_from_the_event_stream(prod_copy: Path, 
     """The result travels as the set_fact task's result: from the control host or a runner alike."""
     from typer.testing import CliRunner
 
-    from corectl.ansible.runner import RunRequest, RunResult
+    from corectl.ansible.events import RunRequest, RunResult
     from corectl.cli import app
     from corectl.commands import burnin
 

@@ -11,8 +11,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 from typer.testing import CliRunner
 
+from corectl.ansible.events import RunRequest
 from corectl.ansible.remote import nodelocal, runnerhost
-from corectl.ansible.runner import Cancel, RunRequest
+from corectl.ansible.runner import Cancel
 from corectl.cli import app
 from corectl.site import Site
 from corectl.site.inventory import render_site

@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
+from corectl.ansible.events import Tally
 from corectl.ansible.progress import LiveProgress, outcome, overall
-from corectl.ansible.runner import Tally
 
 
 def play(name: str, pattern: str = "all") -> dict[str, Any]:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from corectl.ansible.events import HostStats, RunRequest, RunResult
 from corectl.ansible.records import expected_from_history, load_runs
-from corectl.ansible.runner import HostStats, RunRequest, RunResult, record
+from corectl.ansible.runner import record
 from corectl.commands.runs import resolve_run, runs_table, show_run
 from corectl.errors import CorectlError
 from corectl.site import Site
@@ -249,8 +250,9 @@ def test_the_site_has_run_before_after_its_provisions_records_are_pruned(tmp_pat
     out. That the site has run before must outlive it, or a replaced head would start slurmctld on an empty
     state directory and lose the queue (the lab's second e2e lab found it: its heal test's runs pruned the record
     of the only provision before the head was replaced)."""
+    from corectl.ansible.events import SITE_HAS_RUN
     from corectl.ansible.records import site_has_run
-    from corectl.ansible.runner import KEEP_RUNS, SITE_HAS_RUN, prune_runs
+    from corectl.ansible.runner import KEEP_RUNS, prune_runs
 
     site = Site(root=root, directory=tmp_path / "site")
 

@@ -117,7 +117,8 @@ def test_provision_without_secrets_touches_no_node(prod_copy: Path, monkeypatch:
 
 
 def test_runner_hands_ansible_the_vault(site: Site, tmp_path: Path):
-    from corectl.ansible.runner import RunRequest, runner_kwargs
+    from corectl.ansible.events import RunRequest
+    from corectl.ansible.runner import runner_kwargs
 
     secrets.init(site)
     private = tmp_path / "private"

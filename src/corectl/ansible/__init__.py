@@ -2,7 +2,8 @@
 
 `run(request)` runs a RunRequest: fanned out over the site's runner hosts when cluster.yml names
 them (`control.runners`) and the request allows it (`request.fan_out`), else from this host.
-Below it: `runner` (one local ansible-runner run, its events and run record), `guard` (the
+Below it: `events` (a run's request and result, and its events classified once), `runner` (one local
+ansible-runner run and its run record), `guard` (the
 ansible-playbook that never outlives corectl), `progress` (live progress and summaries from the
 events), `records` (past runs read back), and `remote/` (shards, job packs, runner hosts, the
 fanned run, node-local runs).
@@ -10,18 +11,10 @@ fanned run, node-local runs).
 
 from __future__ import annotations
 
+from corectl.ansible.events import EventSink, RunRequest, RunResult, changed_paths, failure_detail, reported_change
 from corectl.ansible.remote import nodelocal
 from corectl.ansible.remote.fanout import run_fanned
-from corectl.ansible.runner import (
-    EventSink,
-    RunRequest,
-    RunResult,
-    changed_paths,
-    failure_detail,
-    reported_change,
-    run_playbook,
-    run_standalone,
-)
+from corectl.ansible.runner import run_playbook, run_standalone
 from corectl.site.loader import load_cluster
 from corectl.site.model import Cluster
 

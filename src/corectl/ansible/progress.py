@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from corectl.ansible.runner import SHARD_KEY, RunResult, failure_detail, reported_change, verbosity
+from corectl.ansible.events import SHARD_KEY, RunResult, failure_detail, reported_change, verbosity
 from corectl.words import counted
 
 FAILURES = ("failed", "unreachable")

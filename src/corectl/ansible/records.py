@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from corectl.ansible.events import SITE_HAS_RUN, converged_the_site
 from corectl.ansible.progress import Expected
-from corectl.ansible.runner import SITE_HAS_RUN, converged_the_site
 from corectl.site import Site
 
 

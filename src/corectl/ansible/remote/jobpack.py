@@ -34,15 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from corectl.ansible.runner import (
-    VERBOSITY_ENV,
-    RunRequest,
-    default_forks,
-    playbook_options,
-    selection,
-    ssh_extra_args,
-    verbosity,
-)
+from corectl.ansible.events import VERBOSITY_ENV, RunRequest, verbosity
+from corectl.ansible.runner import default_forks, playbook_options, selection, ssh_extra_args
 from corectl.secrets import SecretFiles
 
 VAULT_PROMPT = r"^Vault password:\s*?$"

@@ -35,20 +35,12 @@ from pathlib import Path, PurePosixPath
 from subprocess import Popen
 from typing import Any
 
+from corectl.ansible.events import SHARD_KEY, EventSink, RunRequest, RunResult, ShardOutcome, Tally
 from corectl.ansible.remote import runnerhost
 from corectl.ansible.remote.fanout import Clock, finish, new_run_dir, runner_accelerator, targets
 from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, host_vars, pack, run_streamed, zip_message
 from corectl.ansible.remote.shards import SERVICE_ROLES
-from corectl.ansible.runner import (
-    SHARD_KEY,
-    Cancel,
-    EventSink,
-    RunRequest,
-    RunResult,
-    ShardOutcome,
-    Tally,
-    run_part,
-)
+from corectl.ansible.runner import Cancel, run_part
 from corectl.bootstrap import key_path
 from corectl.errors import CorectlError
 from corectl.secrets import NodeSecrets, ceph_clients, node_secrets

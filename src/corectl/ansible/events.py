@@ -1,0 +1,229 @@
+"""A run as corectl sees it: what was asked (RunRequest), what came of it (RunResult, per host, per shard),
+and what its events say, classified once (Tally, reported_change, failure_detail, changed_paths), for the
+runner that records a run and the live progress that shows it."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from corectl.site import Site
+
+# A successful run of site.yml leaves this mark in .runs/, beside the run folders (which prune_runs removes
+# but for the newest): that the site has run before outlives the records of its provisions
+# (records.site_has_run; a replaced head's slurmctld waits for its saved state then).
+SITE_HAS_RUN = "site-has-run"
+EventSink = Callable[[dict[str, Any]], None]
+SHARD_KEY = "corectl_shard"  # added to the events of a fanned-out run: the shard they came from
+
+
+def converged_the_site(playbook: str | None, status: str | None, check: bool | None) -> bool:
+    """A run that converged the site: of site.yml (provision, add-node), successful, not a plan (check mode)."""
+    return playbook == "site.yml" and status == "successful" and not check
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What to run: a playbook of the project against a site, plus the operator's options."""
+
+    site: Site
+    playbook: str = "site.yml"
+    command: str = "provision"
+    limit: str | None = None
+    tags: str | None = None
+    check: bool = False
+    diff: bool = False
+    extravars: dict[str, Any] = field(default_factory=dict)
+    secrets: bool = True  # hand ansible the site's vault password and secrets.yml
+    # over the site's runner hosts where cluster.yml names them (control.runners), else here;
+    # False: always from this host (one host's work, such as a read on the controller)
+    fan_out: bool = True
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass
+class ShardOutcome:
+    """One shard of a fanned-out run (corectl.ansible.remote.fanout): where it ran and how it ended."""
+
+    name: str
+    runner: str
+    hosts: list[str]
+    status: str
+    elapsed: float
+    error: str = ""  # why it did not finish: the runner unreachable, stale, gone mid-run, canceled
+    groups: list[str] = field(default_factory=list)  # the leaves or racks it held (corectl.ansible.remote.shards)
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    hosts: dict[str, HostStats]
+    artifact_dir: Path
+    elapsed: float
+    # host -> what Ansible said when the host failed or could not be reached (first message)
+    messages: dict[str, str] = field(default_factory=dict)
+    tasks: int = 0  # tasks the playbook started (playbook_on_task_start): a later run's expected total
+    shards: list[ShardOutcome] = field(default_factory=list)  # a fanned-out run's, in run order
+    # the control host's CPU seconds for the run: corectl's own process and the processes it started and waited
+    # for (ansible-playbook and its forks, SSH to runners or nodes)
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.failed or s.unreachable)
+
+    def failure_lines(self) -> list[str]:
+        """One line per failed or unreachable host, with what Ansible said."""
+        lines = []
+        for host in self.failed_hosts:
+            kind = "unreachable" if self.hosts[host].unreachable else "failed"
+            lines.append(f"{kind} {host}: {self.messages.get(host, '')}".rstrip(": "))
+        return lines
+
+    def output_tail(self, lines: int = 5) -> list[str]:
+        """The last lines Ansible printed (for runs that failed before any host ran)."""
+        text = ""
+        for name in ("stdout", "stderr"):
+            path = self.artifact_dir / name
+            if path.is_file():
+                text += path.read_text(encoding="utf-8", errors="replace")
+        text = _ANSI.sub("", text)  # Ansible colours its output even into files
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
+    @property
+    def changed(self) -> int:
+        return sum(s.changed for s in self.hosts.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0 and not self.failed_hosts
+
+
+VERBOSITY_ENV = "ANSIBLE_VERBOSITY"  # Ansible's own setting; `corectl -v` sets it (corectl.cli.app)
+
+
+def verbosity() -> int:
+    """How verbose Ansible is asked to be (ANSIBLE_VERBOSITY, 0-6; 0 when unset or not a number). Runs from
+    here inherit it with the rest of Ansible's settings; jobs sent to runner hosts and nodes carry it."""
+    value = os.environ.get(VERBOSITY_ENV, "").strip()
+    return min(6, int(value)) if value.isdigit() else 0
+
+
+def stats_from_event(event_data: dict[str, Any]) -> dict[str, HostStats]:
+    """Per-host numbers from a playbook_on_stats event (failures + dark = failed/unreachable)."""
+    keys = {
+        "ok": "ok",
+        "changed": "changed",
+        "failures": "failed",
+        "dark": "unreachable",
+        "skipped": "skipped",
+        "rescued": "rescued",
+        "ignored": "ignored",
+    }
+    hosts: dict[str, HostStats] = {}
+    for source, target in keys.items():
+        for host, count in (event_data.get(source) or {}).items():
+            setattr(hosts.setdefault(host, HostStats()), target, int(count))
+    return hosts
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def reported_change(event: dict[str, Any]) -> bool:
+    """Whether a task result event reports a change. A no_log result is censored down to a
+    notice (no "changed" key); Ansible's own "changed: [host]" line still says it."""
+    res = (event.get("event_data") or {}).get("res") or {}
+    if "changed" in res:
+        return bool(res["changed"])
+    return _ANSI.sub("", str(event.get("stdout", ""))).startswith("changed: [")
+
+
+def changed_paths(event_data: dict[str, Any]) -> list[str]:
+    """The paths a corectl.fleet.files result changed (one task writes a role's files); [] for
+    any other task."""
+    return list(((event_data.get("res") or {}).get("changed_paths")) or [])
+
+
+def failure_detail(event_data: dict[str, Any], unreachable: bool) -> str:
+    """The line that says why a task failed (its first) or why a host was unreachable (SSH says
+    it last: "Host key verification failed.", "Connection refused"); banner lines dropped."""
+    res = event_data.get("res") or {}
+    text = str(res.get("msg") or res.get("stderr") or ("unreachable" if unreachable else "failed"))
+    lines = [line.strip() for line in text.splitlines() if line.strip().strip("@")]
+    if not lines:
+        return "unreachable" if unreachable else "failed"
+    return lines[-1] if unreachable else lines[0]
+
+
+class Tally:
+    """Per-host counts taken from the task events as they come.
+
+    Ansible's own totals (playbook_on_stats) arrive only when a playbook ends; a canceled or
+    killed run never sends them, so its summary is built from these instead.
+    """
+
+    KINDS: ClassVar[dict[str, str]] = {
+        "runner_on_ok": "ok",
+        "runner_on_failed": "failed",
+        "runner_on_unreachable": "unreachable",
+        "runner_on_skipped": "skipped",
+    }
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, HostStats] = {}
+        self.finals: dict[str, HostStats] = {}  # Ansible's own totals, from each playbook_on_stats
+        self.messages: dict[str, str] = {}
+        self.tasks = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "playbook_on_task_start":
+            self.tasks += 1
+        if event.get("event") == "playbook_on_stats":
+            self.finals.update(stats_from_event(event.get("event_data", {})))
+        data = event.get("event_data") or {}
+        host, kind = data.get("host"), self.KINDS.get(str(event.get("event")))
+        if not host or kind is None:
+            return
+        stats = self.hosts.setdefault(host, HostStats())
+        if kind == "failed" and data.get("ignore_errors"):
+            stats.ignored += 1
+            return
+        setattr(stats, kind, getattr(stats, kind) + 1)
+        if kind == "ok" and reported_change(event):
+            stats.changed += 1
+        if kind in ("failed", "unreachable") and host not in self.messages:
+            detail = failure_detail(data, unreachable=kind == "unreachable")
+            self.messages[host] = f"{data.get('task', '')}: {detail}"[:300]
+
+
+class CpuClock:
+    """The control host's CPU seconds spent since it was made: this process, and its children it waited for."""
+
+    def __init__(self) -> None:
+        self.start = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, waited.ru_utime + waited.ru_stime
+
+    def spent(self) -> dict[str, float]:
+        own, waited = self._now()
+        return {"corectl": round(own - self.start[0], 2), "children": round(waited - self.start[1], 2)}
