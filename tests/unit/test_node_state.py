@@ -14,18 +14,34 @@ SAMPLES = ROOT / "tests" / "samples"
 RELEASES = ("22.05", "24.11")  # Debian 12's and Debian 13's Slurm
 
 
+def sample(release: str) -> list[tuple[str, NodeState]]:
+    """A capture's lines (sinfo at moments of the labs' tests: one node may be in it several times), each parsed."""
+    lines = (SAMPLES / f"slurm-{release}.sinfo-N-format.txt").read_text().splitlines()
+    parsed = [NodeState.parse(line) for line in lines]
+    assert None not in parsed  # every line read
+    return parsed  # type: ignore[return-value]
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_real_sinfo_lines_of_both_releases_parse(release: str):
-    lines = (SAMPLES / f"slurm-{release}.sinfo-N-format.txt").read_text().splitlines()
-    states = parse_sinfo(lines)
-    assert len(states) == len(lines)  # every line read
-    for node, state in states.items():
+    states = [state for _, state in sample(release)]
+    for node, state in sample(release):
         assert re.fullmatch(r"[a-z0-9-]+", node) and state.base.isalpha(), (node, state)
         assert state.reason != "none"  # sinfo's word for no reason is ""
         assert state.quiet == (state.state == "idle" and not state.reason)
-    assert any(s.quiet for s in states.values())
-    drained = [s for s in states.values() if s.drained]
-    assert drained and all(s.bad and s.reason for s in drained)  # a drain always has its reason
+        assert not state.drained or (state.bad and state.reason)  # a drain always has its reason
+    assert any(s.quiet for s in states)
+    # a node slurmctld has not heard from since it started: unknown, not responding
+    assert NodeState("unk*") in states and not NodeState("unk*").quiet
+    lines = (SAMPLES / f"slurm-{release}.sinfo-N-format.txt").read_text().splitlines()
+    assert parse_sinfo(lines) == dict(sample(release))  # node -> its last line
+
+
+def test_what_the_lab_drained_reads_as_drained_with_its_reason():
+    """Debian 12's capture holds the lab's drains: the health hook's, heal's, burn-in's and an operator's."""
+    drained = {state.reason.split(":")[0] for _, state in sample("22.05") if state.drained}
+    assert {"corectl-health", "corectl burn-in", "corectl", "e2e dashboards"} <= drained
+    assert {"alloc", "mix", "comp", "idle*"} <= {state.state for _, state in sample("22.05")}
 
 
 @pytest.mark.parametrize("release", RELEASES)
