@@ -7,30 +7,16 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from corectl import hostlist
+from corectl.site.checks_slurm import check_accounting, check_slurm
 from corectl.site.model import BMC_DEFAULT_PORTS, Bmc, ClusterConfig, Node, NodeBmc, Switch
 from corectl.site.model_services import POSITIVE_THRESHOLDS
-from corectl.site.yamlsrc import PathKey, dotted
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: PathKey
-    message: str
-
-
-def _choices(names: Iterable[str]) -> str:
-    listed = sorted(set(names))
-    return ", ".join(listed) if listed else "none declared"
-
+from corectl.site.problems import Problem, duplicates, unknown
+from corectl.site.yamlsrc import PathKey
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-# names all partitions may list together (each at most MAX_NODES): bounds the membership checks
-MAX_PARTITION_NAMES = 1_000_000
 
 
 def expand_nodes(config: ClusterConfig, problems: list[Problem]) -> list[Node]:
@@ -110,26 +96,6 @@ def _bmc(bmc: Bmc, address: str) -> NodeBmc:
     return NodeBmc(address=address, protocol=bmc.protocol, port=port, scheme=bmc.scheme, ca_file=bmc.ca_file)
 
 
-def _unknown(path: PathKey, kind: str, name: str, declared: Iterable[str]) -> Problem:
-    return Problem(path, f"unknown {kind} '{name}' (declared: {_choices(declared)})")
-
-
-def _duplicates(items: Iterable[tuple[str | int, PathKey]], what: str) -> list[Problem]:
-    """One problem per (place, first place) pair, so a clashing range reports once."""
-    seen: dict[str | int, PathKey] = {}
-    clashes: dict[tuple[PathKey, PathKey], list[str | int]] = {}
-    for value, path in items:
-        if value in seen:
-            clashes.setdefault((path, seen[value]), []).append(value)
-        else:
-            seen[value] = path
-    problems = []
-    for (path, first), values in clashes.items():
-        more = f" and {len(values) - 1} more" if len(values) > 1 else ""
-        problems.append(Problem(path, f"duplicate {what} '{values[0]}'{more} (already used at {dotted(first)})"))
-    return problems
-
-
 def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems: list[Problem] = []
     problems += _check_cluster(config)
@@ -137,8 +103,8 @@ def check(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems += _check_nodes(config, nodes)
     problems += _check_fabric(config, nodes)
     problems += _check_identities(config)
-    problems += _check_slurm(config, nodes)
-    problems += _check_accounting(config, nodes)
+    problems += check_slurm(config, nodes)
+    problems += check_accounting(config, nodes)
     problems += _check_storage(config)
     problems += _check_control(config)
     problems += _check_node_local(config)
@@ -218,7 +184,7 @@ def _check_alerts(config: ClusterConfig) -> list[Problem]:
     base = ("monitoring", "alerts")
     if not config.monitoring.prometheus:
         return [Problem(base, "needs monitoring.prometheus (Prometheus sends the alerts)")]
-    problems = _duplicates(
+    problems = duplicates(
         ((r.name, (*base, "receivers", i, "name")) for i, r in enumerate(alerts.receivers)), "receiver name"
     )
     names = {r.name for r in alerts.receivers}
@@ -242,8 +208,8 @@ def _check_control(config: ClusterConfig) -> list[Problem]:
     if config.control is None:
         return []
     runners = config.control.runners
-    problems = _duplicates(((r.name, ("control", "runners", i, "name")) for i, r in enumerate(runners)), "runner name")
-    problems += _duplicates(
+    problems = duplicates(((r.name, ("control", "runners", i, "name")) for i, r in enumerate(runners)), "runner name")
+    problems += duplicates(
         ((f"{r.host}:{r.port}", ("control", "runners", i, "host")) for i, r in enumerate(runners)), "runner endpoint"
     )
     if config.cluster.ssh.key is None:
@@ -299,17 +265,17 @@ def _check_nodes(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     problems: list[Problem] = []
     for index, entry in enumerate(config.nodes):
         if entry.profile not in config.profiles:
-            problems.append(_unknown(("nodes", index, "profile"), "profile", entry.profile, config.profiles))
+            problems.append(unknown(("nodes", index, "profile"), "profile", entry.profile, config.profiles))
         if len(set(entry.roles)) != len(entry.roles):
             problems.append(Problem(("nodes", index, "roles"), "a role is listed twice"))
-    problems += _duplicates(((n.name, ("nodes", n.source, "name")) for n in nodes), "node name")
-    problems += _duplicates(((n.address, ("nodes", n.source, "address")) for n in nodes), "node address")
-    problems += _duplicates(
+    problems += duplicates(((n.name, ("nodes", n.source, "name")) for n in nodes), "node name")
+    problems += duplicates(((n.address, ("nodes", n.source, "address")) for n in nodes), "node address")
+    problems += duplicates(
         ((f"{n.bmc.address}:{n.bmc.port}", ("nodes", n.source, "bmc", "address")) for n in nodes if n.bmc),
         "BMC address",
     )
     if not problems:
-        problems += _duplicates(
+        problems += duplicates(
             (
                 (f"{n.ssh_host}:{n.ssh_port}", ("nodes", n.source, "ssh" if config.nodes[n.source].ssh else "address"))
                 for n in nodes
@@ -347,13 +313,13 @@ def _check_fabric(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
                 problems.append(Problem(("nodes", index, "leaf"), "a leaf switch is set but no fabric is declared"))
         return problems
     switches = {s.name: s for s in fabric.switches}
-    problems += _duplicates(
+    problems += duplicates(
         ((s.name, ("fabric", "switches", i, "name")) for i, s in enumerate(fabric.switches)), "switch name"
     )
     for i, switch in enumerate(fabric.switches):
         for j, child in enumerate(switch.switches):
             if child not in switches:
-                problems.append(_unknown(("fabric", "switches", i, "switches", j), "switch", child, switches))
+                problems.append(unknown(("fabric", "switches", i, "switches", j), "switch", child, switches))
             elif child == switch.name:
                 problems.append(Problem(("fabric", "switches", i, "switches", j), "a switch cannot contain itself"))
     looped = _in_loops(switches)
@@ -369,7 +335,7 @@ def _check_fabric(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
             continue
         target = switches.get(entry.leaf)
         if target is None:
-            problems.append(_unknown(("nodes", index, "leaf"), "switch", entry.leaf, switches))
+            problems.append(unknown(("nodes", index, "leaf"), "switch", entry.leaf, switches))
         elif target.switches:
             problems.append(
                 Problem(("nodes", index, "leaf"), f"'{entry.leaf}' has switches below it, so it is not a leaf")
@@ -430,198 +396,23 @@ def _in_loops(switches: dict[str, Switch]) -> set[str]:
 def _check_identities(config: ClusterConfig) -> list[Problem]:
     problems: list[Problem] = []
     groups = {g.name for g in config.groups}
-    problems += _duplicates(((g.name, ("groups", i, "name")) for i, g in enumerate(config.groups)), "group name")
-    problems += _duplicates(((g.gid, ("groups", i, "gid")) for i, g in enumerate(config.groups)), "gid")
-    problems += _duplicates(((u.name, ("users", i, "name")) for i, u in enumerate(config.users)), "user name")
-    problems += _duplicates(((u.uid, ("users", i, "uid")) for i, u in enumerate(config.users)), "uid")
+    problems += duplicates(((g.name, ("groups", i, "name")) for i, g in enumerate(config.groups)), "group name")
+    problems += duplicates(((g.gid, ("groups", i, "gid")) for i, g in enumerate(config.groups)), "gid")
+    problems += duplicates(((u.name, ("users", i, "name")) for i, u in enumerate(config.users)), "user name")
+    problems += duplicates(((u.uid, ("users", i, "uid")) for i, u in enumerate(config.users)), "uid")
     for i, user in enumerate(config.users):
         if user.group not in groups:
-            problems.append(_unknown(("users", i, "group"), "group", user.group, groups))
+            problems.append(unknown(("users", i, "group"), "group", user.group, groups))
         for j, extra in enumerate(user.groups):
             if extra not in groups:
-                problems.append(_unknown(("users", i, "groups", j), "group", extra, groups))
+                problems.append(unknown(("users", i, "groups", j), "group", extra, groups))
     return problems
-
-
-def _check_slurm(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
-    problems: list[Problem] = []
-    by_name = {n.name: n for n in nodes}
-    groups = {g.name for g in config.groups}
-    partitions = config.slurm.partitions
-    problems += _duplicates(
-        ((p.name, ("slurm", "partitions", i, "name")) for i, p in enumerate(partitions)), "partition name"
-    )
-    defaults = [i for i, p in enumerate(partitions) if p.default]
-    for i in defaults[1:]:
-        problems.append(Problem(("slurm", "partitions", i, "default"), "more than one default partition"))
-    budget = MAX_PARTITION_NAMES
-    for i, partition in enumerate(partitions):
-        path = ("slurm", "partitions", i, "nodes")
-        try:
-            members = hostlist.expand(partition.nodes, limit=min(hostlist.MAX_NODES, budget))
-        except hostlist.TooManyNames as exc:
-            total = f"partitions list more than {MAX_PARTITION_NAMES:,} node names in all"
-            problems.append(Problem(path, total if budget < hostlist.MAX_NODES else str(exc)))
-            break
-        except hostlist.HostlistError as exc:
-            problems.append(Problem(path, str(exc)))
-            continue
-        budget -= len(members)
-        unknown = [m for m in members if m not in by_name]
-        if unknown:
-            more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
-            problems.append(Problem(path, f"unknown node '{unknown[0]}'{more}"))
-        other = [m for m in members if m in by_name and "compute" not in by_name[m].roles]
-        if other:
-            more = f" (and {len(other) - 1} more)" if len(other) > 1 else ""
-            problems.append(Problem(path, f"node '{other[0]}' is not a compute node{more}"))
-        for j, group in enumerate(partition.allow_groups):
-            if group not in groups:
-                problems.append(_unknown(("slurm", "partitions", i, "allow_groups", j), "group", group, groups))
-    return problems
-
-
-# TRES a limit may name (AccountingStorageTRES=gres/gpu adds the GPUs to Slurm's defaults)
-TRES_NAMES = ("billing", "cpu", "gres/gpu", "mem", "node")
-# TRES a partition's billing weights may name (billing is what they compute)
-BILLING_TRES = ("cpu", "gres/gpu", "mem", "node")
-
-
-def _account_cycles(parents: dict[str, str]) -> dict[str, list[str]]:
-    """Accounts on a parent cycle, each with its cycle from itself (a -> b -> a); each account has
-    one parent, so a walk up either ends (root, unknown) or closes a cycle, and every account is
-    walked once."""
-    done: set[str] = set()
-    cycles: dict[str, list[str]] = {}
-    for start in parents:
-        path: list[str] = []
-        on_path: dict[str, int] = {}
-        name: str | None = start
-        while name is not None and name in parents and name not in done and name not in on_path:
-            on_path[name] = len(path)
-            path.append(name)
-            name = parents[name]
-        if name is not None and name in on_path:
-            cycle = path[on_path[name] :]
-            for i, member in enumerate(cycle):
-                cycles[member] = [*cycle[i:], *cycle[:i], member]
-        done.update(path)
-    return cycles
-
-
-def _check_tres(
-    path: PathKey, limits: dict[str, int], total_gpus: int, known: tuple[str, ...] = TRES_NAMES
-) -> list[Problem]:
-    problems = []
-    for tres, count in limits.items():
-        if tres not in known:
-            problems.append(Problem((*path, tres), f"unknown TRES '{tres}' (known: {', '.join(known)})"))
-        elif tres == "gres/gpu" and count > total_gpus:
-            problems.append(
-                Problem((*path, tres), f"{count} GPUs is more than the cluster has ({total_gpus} on compute nodes)")
-            )
-    return problems
-
-
-def _check_accounting(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
-    """QOS, accounts and users' accounts: names, references, the account tree, limits."""
-    slurm = config.slurm
-    problems: list[Problem] = []
-    total_gpus = 0
-    for node in nodes:
-        profile = config.profiles.get(node.profile)
-        if "compute" in node.roles and profile is not None and profile.gpus is not None:
-            total_gpus += profile.gpus.count
-    for i, partition in enumerate(slurm.partitions):
-        if partition.billing_weights:
-            path = ("slurm", "partitions", i, "billing_weights")
-            problems += _check_tres(path, {k: 0 for k in partition.billing_weights}, total_gpus, BILLING_TRES)
-    if not slurm.accounting:
-        for key in ("qos", "accounts"):
-            if getattr(slurm, key):
-                problems.append(Problem(("slurm", key), f"{key} need accounting (slurm.accounting is false)"))
-    qos_names = {q.name for q in slurm.qos}
-    known_qos = qos_names | {"normal"}  # Slurm's own QOS, always there
-    problems += _duplicates(((q.name, ("slurm", "qos", i, "name")) for i, q in enumerate(slurm.qos)), "QOS name")
-    for i, qos in enumerate(slurm.qos):
-        for j, target in enumerate(qos.preempt):
-            path = ("slurm", "qos", i, "preempt", j)
-            if target == qos.name:
-                problems.append(Problem(path, f"QOS '{qos.name}' cannot preempt itself"))
-            elif target not in known_qos:
-                problems.append(_unknown(path, "QOS", target, known_qos))
-        if len(set(qos.preempt)) != len(qos.preempt):
-            problems.append(Problem(("slurm", "qos", i, "preempt"), "a QOS is listed twice"))
-        for key in ("grp_tres", "max_tres_per_user"):
-            problems += _check_tres(("slurm", "qos", i, key), getattr(qos, key), total_gpus)
-    accounts = slurm.accounts
-    problems += _duplicates(
-        ((a.name, ("slurm", "accounts", i, "name")) for i, a in enumerate(accounts)), "account name"
-    )
-    groups = {g.name for g in config.groups}
-    declared = {a.name: a for a in accounts}
-    # every group not declared is an account under root (as corectl always made them)
-    known_accounts = set(declared) | groups
-    for i, account in enumerate(accounts):
-        base = ("slurm", "accounts", i)
-        if account.name == "root":
-            problems.append(Problem((*base, "name"), "'root' is Slurm's own account (the top of the tree)"))
-        if account.parent != "root" and account.parent not in known_accounts:
-            problems.append(_unknown((*base, "parent"), "account", account.parent, known_accounts | {"root"}))
-        if account.fairshare < 1:
-            what = "a negative share" if account.fairshare < 0 else "a share of 0"
-            problems.append(Problem((*base, "fairshare"), f"{what} is refused: fairshare is at least 1"))
-        for j, name in enumerate(account.qos):
-            if name not in known_qos:
-                problems.append(_unknown((*base, "qos", j), "QOS", name, known_qos))
-        if len(set(account.qos)) != len(account.qos):
-            problems.append(Problem((*base, "qos"), "a QOS is listed twice"))
-        if account.default_qos is not None:
-            allowed = _allowed_qos(account.name, declared)
-            if account.default_qos not in known_qos:
-                problems.append(_unknown((*base, "default_qos"), "QOS", account.default_qos, known_qos))
-            elif account.default_qos not in allowed:
-                where = "its qos list" if account.qos else "the qos list it inherits"
-                problems.append(
-                    Problem(
-                        (*base, "default_qos"),
-                        f"default_qos '{account.default_qos}' is not in {where} ({', '.join(sorted(allowed))})",
-                    )
-                )
-        for key in ("grp_tres", "max_tres_per_user"):
-            problems += _check_tres((*base, key), getattr(account, key), total_gpus)
-    cycles = _account_cycles({a.name: a.parent for a in accounts if a.name != a.parent})
-    for i, account in enumerate(accounts):
-        if account.name == account.parent:
-            problems.append(Problem(("slurm", "accounts", i, "parent"), "an account cannot be its own parent"))
-        elif account.name in cycles and declared.get(account.name) is account:
-            chain = " -> ".join(cycles[account.name])
-            problems.append(Problem(("slurm", "accounts", i, "parent"), f"accounts form a cycle ({chain})"))
-    for i, user in enumerate(config.users):
-        for j, name in enumerate(user.slurm_accounts):
-            if name not in known_accounts:
-                problems.append(_unknown(("users", i, "slurm_accounts", j), "account", name, known_accounts))
-        if len(set(user.slurm_accounts)) != len(user.slurm_accounts):
-            problems.append(Problem(("users", i, "slurm_accounts"), "an account is listed twice"))
-    return problems
-
-
-def _allowed_qos(name: str, declared: dict) -> set[str]:
-    """The QOS an account's jobs may use: its own list, else the nearest declared ancestor's,
-    else root's (Slurm's normal)."""
-    seen: set[str] = set()
-    while name in declared and name not in seen:
-        seen.add(name)
-        if declared[name].qos:
-            return set(declared[name].qos)
-        name = declared[name].parent
-    return {"normal"}
 
 
 def _check_storage(config: ClusterConfig) -> list[Problem]:
     if config.cephfs is None:
         return []
     mounts = config.cephfs.mounts
-    return _duplicates(
+    return duplicates(
         ((m.mountpoint, ("cephfs", "mounts", i, "mountpoint")) for i, m in enumerate(mounts)), "mountpoint"
     )
