@@ -27,7 +27,7 @@ from corectl import hostlist
 from corectl.errors import CorectlError
 from corectl.files import atomic_write
 from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 from corectl.site.model import Cluster, Node
 
 CONNECT_TIMEOUT = 15.0
@@ -229,10 +229,10 @@ def bootstrap_node(
 
 
 def bootstrap_nodes(
-    site: Site, console: Console, nodes: list[str], login: Login, accept: Callable[[str, str], bool]
+    ctx: Context, console: Console, nodes: list[str], login: Login, accept: Callable[[str, str], bool]
 ) -> list[Outcome]:
     """Bootstrap ``nodes`` (host lists; none: every node of the site), then print one row per node."""
-    cluster, _ = render_site(site, check_only=False)
+    site, cluster = ctx.site, ctx.rendered()
     try:
         wanted = [name for expr in nodes for name in hostlist.expand(expr)] or [n.name for n in cluster.nodes]
     except hostlist.HostlistError as exc:

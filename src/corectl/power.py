@@ -12,6 +12,7 @@ from corectl import bmc, hostlist, secrets
 from corectl.errors import CorectlError
 from corectl.health import failures
 from corectl.site import Site
+from corectl.site.context import Context
 from corectl.site.model import Cluster, Node
 from corectl.slurm import read_slurm_status
 
@@ -46,7 +47,7 @@ def bmc_nodes(cluster: Cluster, expr: str) -> list[Node]:
     return [known[name] for name in names]
 
 
-def refusals(site: Site, nodes: list[Node]) -> list[str]:
+def refusals(ctx: Context, nodes: list[Node]) -> list[str]:
     """Why powering ``nodes`` off would hurt: running jobs, or a node that is more than a compute node."""
     reasons = [
         f"{node.name} is {', '.join(r for r in node.roles if r != 'compute')}"
@@ -55,7 +56,7 @@ def refusals(site: Site, nodes: list[Node]) -> list[str]:
     ]
     if any("compute" in node.roles for node in nodes):
         try:
-            status = read_slurm_status(site)
+            status = read_slurm_status(ctx)
         except CorectlError as exc:
             return [*reasons, f"running jobs unknown: {exc}"]
         for node in nodes:

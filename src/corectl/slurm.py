@@ -18,9 +18,7 @@ from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.drain_reason import Source
 from corectl.errors import CorectlError
 from corectl.node_state import SINFO_FORMAT, NodeState, parse_sinfo
-from corectl.site import Site
-from corectl.site.inventory import render_site
-from corectl.site.model import Cluster
+from corectl.site.context import Context
 
 
 class NodeEvent(NamedTuple):
@@ -70,45 +68,49 @@ def parse_status(data: dict) -> SlurmStatus:
     return SlurmStatus(states=states, jobs=jobs, events=parse_events(list(data.get("events", []))))
 
 
-def read_slurm_status(site: Site, console: Console | None = None) -> SlurmStatus:
+def read_slurm_status(ctx: Context, event_days: int = 30) -> SlurmStatus:
+    """Slurm's view, read on the controller now, with the drain and down events of the last ``event_days``."""
+    ctx.rendered()
     with tempfile.TemporaryDirectory(prefix="corectl-status-") as tmp:
         out = Path(tmp) / "status.json"
-        request = RunRequest(
-            site=site,
+        extravars = {"corectl_status_out": str(out), "corectl_sinfo_format": SINFO_FORMAT}
+        request = RunRequest.of(
+            ctx,
             playbook="slurm-status.yml",
             command="status",
-            extravars={"corectl_status_out": str(out), "corectl_sinfo_format": SINFO_FORMAT},
+            extravars=extravars | {"corectl_status_event_days": event_days},
             secrets=False,
             fan_out=False,  # one host's work, on the controller
         )
-        result = ansible.run(request)
+        result = ansible.run(request, cluster=ctx.cluster)
         if not result.ok or not out.is_file():
             why = "; ".join(result.failure_lines()) or result.status
-            raise CorectlError(f"could not read the Slurm state from the controller ({why}); see {result.artifact_dir}")
+            kept = f"; see {result.artifact_dir}" if request.record else ""
+            raise CorectlError(f"could not read the Slurm state from the controller ({why}){kept}")
         return parse_status(json.loads(out.read_text()))
 
 
-def compute_names(site: Site, cluster: Cluster, expr: str, what: str = "NODE") -> list[str]:
+def compute_names(ctx: Context, expr: str, what: str = "NODE") -> list[str]:
     """The compute nodes a host list names; a malformed list or another node: a one-line error."""
     try:
         names = hostlist.expand(expr)
     except hostlist.HostlistError as exc:
         raise CorectlError(f"{what}: {exc}", exit_code=2) from None
-    computes = {n.name for n in cluster.nodes if "compute" in n.roles}
+    computes = {n.name for n in ctx.cluster.nodes if "compute" in n.roles}
     unknown = [name for name in names if name not in computes]
     if unknown:
-        raise CorectlError(f"not compute nodes of site {site.name}: {', '.join(unknown)}", exit_code=2)
+        raise CorectlError(f"not compute nodes of site {ctx.site.name}: {', '.join(unknown)}", exit_code=2)
     return names
 
 
-def set_state(site: Site, console: Console, nodes: str, state: str, reason: str | None = None) -> RunResult:
-    cluster, _ = render_site(site, check_only=False)
-    names = compute_names(site, cluster, nodes)
+def set_state(ctx: Context, console: Console, nodes: str, state: str, reason: str | None = None) -> RunResult:
+    ctx.rendered()
+    names = compute_names(ctx, nodes)
     if state == "drain" and not (reason and reason.strip()):
         raise CorectlError("a drain needs --reason (Slurm shows it to users and operators)", exit_code=2)
     with tempfile.TemporaryDirectory(prefix="corectl-cleared-") as tmp:
         cleared = Path(tmp) if state == "resume" else None
-        result = state_run(site, cluster, console, names, state, reason, cleared=cleared)
+        result = state_run(ctx, console, names, state, reason, cleared=cleared)
         for line in cleared_lines(cleared) if cleared else []:
             console.print(line, markup=False, highlight=False)
     console.print(summary_table(result))
@@ -130,8 +132,7 @@ def cleared_lines(directory: Path) -> list[str]:
 
 
 def state_run(
-    site: Site,
-    cluster: Cluster,
+    ctx: Context,
     console: Console,
     names: list[str],
     state: str,
@@ -143,7 +144,7 @@ def state_run(
     ``only_source``: resume only nodes drained by corectl's program of that source (corectl.drain_reason);
     ``cleared``: first end the failures the health check keeps on each node (an operator's resume), writing
     what was ended there as <node>.json."""
-    controller = cluster.with_role("slurm_controller")[0].name
+    controller = ctx.rendered().with_role("slurm_controller")[0].name
     extravars = {"corectl_state_nodes": hostlist.compress(names), "corectl_state": state}
     hosts = [controller]
     if cleared is not None:
@@ -153,8 +154,8 @@ def state_run(
         extravars["corectl_state_reason"] = reason.strip()
     if only_source:
         extravars["corectl_state_only_source"] = str(only_source)
-    request = RunRequest(
-        site=site,
+    request = RunRequest.of(
+        ctx,
         playbook="node-state.yml",
         command=f"{state} {hostlist.compress(names)}",
         limit=",".join(hosts),
@@ -162,5 +163,5 @@ def state_run(
         secrets=False,
         fan_out=False,  # the controller's work (and one command on each node being resumed)
     )
-    with LiveProgress(console, f"{state} {site.name}") as progress:
-        return ansible.run(request, progress)
+    with LiveProgress(console, f"{state} {ctx.site.name}") as progress:
+        return ansible.run(request, progress, cluster=ctx.cluster)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from corectl import secrets
+from corectl.cli.policy import COMMAND_LOCKS, READS
 from corectl.site import resolve_site
 
 T = TypeVar("T")
@@ -59,11 +60,44 @@ CONSOLE: list[str] = []  # everything corectl printed in this module (scanned fo
 
 
 def corectl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    """Run corectl. A read-only command (COMMAND_LOCKS: READS) run while no other command holds its site's lock
+    must leave the site as it was (issue 46): every read of every e2e test checks it."""
+    site = read_only_site(args)
+    before = site_tree(site) if site else None
     proc = subprocess.run([CORECTL, *args], capture_output=True, text=True, timeout=timeout, check=False)
     CONSOLE.append(proc.stdout + proc.stderr)
     if check and proc.returncode != 0:
         raise AssertionError(f"corectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    if site is not None and not lock_holder(site):
+        after = site_tree(site)
+        changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+        assert not changed, f"corectl {' '.join(args)} (read-only) changed {site}: {changed}"
     return proc
+
+
+def read_only_site(args: tuple[str, ...]) -> Path | None:
+    """The site of ``args`` when they are a read-only command with --inventory and nobody holds its lock."""
+    matches = []
+    for entry, kind in COMMAND_LOCKS.items():
+        words = entry.split()
+        option = words[-1] if words[-1].startswith("--") else None
+        command = words[:-1] if option else words
+        if list(args[: len(command)]) == command and (option is None or option in args):
+            matches.append((len(words), kind))
+    if "--inventory" not in args or not matches or max(matches)[1] != READS:
+        return None
+    site = Path(args[args.index("--inventory") + 1])
+    return None if lock_holder(site) else site
+
+
+def site_tree(site: Path) -> dict[str, tuple[int, int]]:
+    """Every file of the site (but its lock file) with its size and modification time."""
+    return {
+        str(path.relative_to(site)): (stat.st_size, stat.st_mtime_ns)
+        for path in site.rglob("*")
+        if path.name != ".lock" and path.is_file()
+        for stat in [path.stat()]
+    }
 
 
 EXEC_LIMIT_S = 300  # one docker exec: an exec into a container that is stopping or rebooting can wait for good

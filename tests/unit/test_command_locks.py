@@ -1,10 +1,12 @@
-"""Issue 46: every command declares what it does to its site (corectl.cli.policy.COMMAND_LOCKS), and every
+"""Issue 46: every command declares what it does to its site (corectl.cli.policy.COMMAND_LOCKS); every
 command declared as changing holds the site's lock: run while another command holds it, each is refused with
-exit 75 and the holder named, before it reads a password, contacts a node or writes a file of the site."""
+exit 75 and the holder named, before it reads a password, contacts a node or writes a file of the site; and
+every command declared as reading leaves the site byte-identical."""
 
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from typer.testing import CliRunner
 
 from corectl import lock
 from corectl.cli import app
-from corectl.cli.policy import CHANGES, COMMAND_LOCKS
+from corectl.cli.policy import CHANGES, COMMAND_LOCKS, READS
 from corectl.site import Site
 
 # each changing command as an operator types it (the site added by the test); stdin for those that read it
@@ -86,3 +88,86 @@ def test_a_changing_command_is_refused_while_another_holds_the_lock(
     assert result.exit_code == 75, (entry, result.exit_code, said)
     assert "site prod is busy: `corectl provision --inventory prod` by " in said, (entry, said)
     assert snapshot(prod_copy) == before, entry
+
+
+# each read-only command as an operator types it (the site added by the test)
+READ_ARGV: dict[str, list[str]] = {
+    "backup --list": ["backup", "--list"],
+    "history": ["history", "dgx01"],
+    "logs": ["logs", "dgx01"],
+    "power status": ["power", "status", "dgx01"],
+    "render --check": ["render", "--check"],
+    "report": ["report"],
+    "rma": ["rma"],
+    "runs": ["runs"],
+    "schema": ["schema"],
+    "secrets backup-key": ["secrets", "backup-key"],
+    "secrets check": ["secrets", "check"],
+    "status": ["status"],
+    "validate": ["validate"],
+}
+
+
+class FakeRunner:
+    """ansible_runner.run as far as the site can tell: it writes its artifacts where it is told (a recorded run's
+    go to the site's .runs/), and the run fails, as against a controller that cannot be reached. No traffic."""
+
+    def __init__(self) -> None:
+        self.playbooks: list[str] = []
+
+    def __call__(self, **kwargs: object) -> object:
+        self.playbooks.append(Path(str(kwargs["playbook"])).name)
+        artifacts = Path(str(kwargs["artifact_dir"])) / str(kwargs["ident"])
+        (artifacts / "job_events").mkdir(parents=True)
+        (artifacts / "status").write_text("failed")
+        return type("Result", (), {"status": "failed", "rc": 2})()
+
+
+class FakeBmc:
+    def state(self) -> str:
+        return "on"
+
+
+def lived_site(directory: Path) -> None:
+    """What a site that has run holds: its inventory, host keys, a health verdict, the failure history, a run
+    record."""
+    from corectl.health import failures
+    from corectl.site import render
+    from corectl.site.loader import load_cluster
+
+    render.write(load_cluster(directory), directory)
+    site = Site(root=directory.parents[1], directory=directory)
+    report = {"node": "dgx01", "ok": False, "checks": [{"name": "xid", "status": "fail", "message": "Xid 79"}]}
+    failures.record_verdicts(site, {"dgx01": report}, datetime.now(UTC), "20261201T000000-1")
+    (directory / ".health.json").write_text(
+        '{"dgx01": {"at": "2026-12-01 00:00:00Z", "ok": false, "failed": ["xid"]}}\n'
+    )
+    (directory / "known_hosts").write_text("10.10.1.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDk0\n")
+    run = directory / ".runs" / "20261201T000000-1"
+    run.mkdir(parents=True)
+    (run / "corectl.json").write_text('{"command": "health", "status": "successful", "hosts": {}, "started": "x"}\n')
+
+
+def test_every_read_only_command_is_listed():
+    assert set(READ_ARGV) == {entry for entry, kind in COMMAND_LOCKS.items() if kind == READS}
+
+
+@pytest.mark.parametrize("entry", sorted(READ_ARGV))
+def test_a_read_only_command_writes_nothing_to_its_site(entry: str, prod_copy: Path, monkeypatch: pytest.MonkeyPatch):
+    """Issue 46: run against a site that has run, each read leaves it byte-identical (no file added beside the
+    history either), whether its runs on the nodes succeed or not; none ends in a traceback."""
+    import ansible_runner
+
+    from corectl import bmc
+
+    lived_site(prod_copy)
+    runner = FakeRunner()
+    monkeypatch.setattr(ansible_runner, "run", runner)
+    monkeypatch.setattr(bmc, "client", lambda *_args, **_kw: FakeBmc())
+    monkeypatch.setenv("CORECTL_VAULT_PASSWORD", "")
+    before = snapshot(prod_copy)
+    result = CliRunner().invoke(app, [*READ_ARGV[entry], "--inventory", str(prod_copy)])
+    said = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert result.exception is None or isinstance(result.exception, SystemExit), (entry, said)
+    assert "Traceback" not in said, (entry, said)
+    assert snapshot(prod_copy) == before, (entry, runner.playbooks, said)

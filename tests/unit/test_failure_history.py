@@ -31,6 +31,7 @@ from corectl.health import report as health_mod
 from corectl.health.failures import Action, Drain, FailedCheck, Verdict, site_offenders, thresholds
 from corectl.node_state import NodeState
 from corectl.site import Site, groupvars
+from corectl.site.context import Context
 from corectl.slurm import NodeEvent, SlurmStatus, parse_events
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
@@ -55,8 +56,7 @@ def slurm_events(monkeypatch: pytest.MonkeyPatch) -> list[NodeEvent]:
     """What `corectl history` and `corectl rma` read on the controller first: these events (none
     unless a test adds some)."""
     events: list[NodeEvent] = []
-    monkeypatch.setattr(failures_cmd, "render_site", lambda site, check_only: None)
-    monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda site: SlurmStatus(events=list(events)))
+    monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda ctx, event_days: SlurmStatus(events=list(events)))
     return events
 
 
@@ -261,7 +261,7 @@ def test_history_at_80_columns_one_row_per_entry_newest_first(site: Site):
         fail_at(site, node, NOW - timedelta(days=n), f"r{n}", ("xid", XID), ("ecc", ECC))
     failures.record_verdicts(site, {node: report(node)}, NOW - timedelta(days=3), "r3")
     failures.record_action(site, node, "drain", "ok", "corectl-health: xid: " + XID, NOW - timedelta(hours=1))
-    lines = lines_of(history_view(site, node, 20, no_warning))
+    lines = lines_of(history_view(Context(site, writes=False), node, 20, no_warning))
     assert all(len(line) <= 80 for line in lines), lines
     assert lines[0] == f"{node} in prod: 5 verdicts, actions and drains, newest first"
     starts = [line.split()[:3] for line in lines[1:] if not line.startswith(" ")]
@@ -274,9 +274,9 @@ def test_history_at_80_columns_one_row_per_entry_newest_first(site: Site):
     ]
     text = " ".join(" ".join(lines).split())
     assert f"xid: {XID}; ecc: GPU 3: 2 uncorrectable volatile ECC errors" in text
-    more = lines_of(history_view(site, node, 2, no_warning), width=200)
+    more = lines_of(history_view(Context(site, writes=False), node, 2, no_warning), width=200)
     assert more[0] == f"{node} in prod: 2 verdicts, actions and drains, newest first (older ones: --last 4)"
-    assert lines_of(history_view(site, "dgx99", 20, no_warning)) == [
+    assert lines_of(history_view(Context(site, writes=False), "dgx99", 20, no_warning)) == [
         "dgx99: nothing recorded in prod (corectl health records verdicts)"
     ]
 
@@ -569,16 +569,39 @@ def test_history_and_rma_show_the_drains_slurm_recorded(site: Site, slurm_events
     [dgx07] = data["nodes"]
     assert dgx07["failures"] == 3  # the run, and Slurm's two drains (not back to back); the operator's is none
     assert [d["reason"][:18] for d in dgx07["drains"]] == ["corectl-health: ec", "corectl-health: xi"]
+    # shown, not kept: the reads wrote nothing (heal, which changes the site, keeps them)
+    assert sorted(p.name for p in site.directory.glob(".history.sqlite*")) == [".history.sqlite"]
+    assert rows(site, "SELECT COUNT(*) FROM drains") == [(0,)]
+
+
+def test_a_read_while_another_command_writes_sees_its_rows_and_adds_no_file(site: Site):
+    """A writer holding the file open keeps its WAL beside it: the read goes through it (read-only), sees what
+    was committed, and leaves the WAL's files as they were; once the writer is gone, nothing is left beside."""
+    fail_at(site, "dgx07", NOW - timedelta(hours=2), "r1")
+    writer = sqlite3.connect(site.history_db, isolation_level=None)
+    try:
+        writer.execute(
+            "INSERT INTO actions (node, at, action, outcome) VALUES ('dgx07', '2026-11-23T11:00:00Z', 'x', 'ok')"
+        )
+        beside = sorted(p.name for p in site.directory.glob(".history.sqlite*"))
+        assert beside == [".history.sqlite", ".history.sqlite-shm", ".history.sqlite-wal"]
+        assert [type(e).__name__ for e in failures.node_history(site, "dgx07")] == ["Action", "Verdict"]
+        assert sorted(p.name for p in site.directory.glob(".history.sqlite*")) == beside
+    finally:
+        writer.close()
+    assert [p.name for p in site.directory.glob(".history.sqlite*")] == [".history.sqlite"]
+    assert len(failures.node_history(site, "dgx07")) == 2
+    assert [p.name for p in site.directory.glob(".history.sqlite*")] == [".history.sqlite"]
 
 
 def test_history_without_the_controller_warns_and_shows_what_is_kept(site: Site, monkeypatch: pytest.MonkeyPatch):
-    def unreachable(site: Site) -> SlurmStatus:
+    def unreachable(ctx: Context, event_days: int) -> SlurmStatus:
         raise CorectlError("could not read the Slurm state from the controller (unreachable head01)")
 
     monkeypatch.setattr(failures_cmd, "read_slurm_status", unreachable)
     fail_at(site, "dgx07", NOW, "r1")
     said: list[str] = []
-    lines = lines_of(history_view(site, "dgx07", 5, said.append))
+    lines = lines_of(history_view(Context(site, writes=False), "dgx07", 5, said.append))
     assert said == [
         "warning: Slurm's drains not read, the history is shown as kept: could not read the Slurm state from the"
         " controller (unreachable head01)"

@@ -27,6 +27,7 @@ from corectl.health.report import HealthResult
 from corectl.node_state import NodeState
 from corectl.secrets import bmc_credentials, set_bmc_credentials
 from corectl.site import Site
+from corectl.site.context import Context
 from corectl.site.loader import load_cluster
 from corectl.slurm import SlurmStatus
 
@@ -149,14 +150,14 @@ def test_power_names_nodes_without_a_bmc_and_unknown_ones(site: Site) -> None:
 
 def test_power_off_refuses_a_node_with_jobs_or_a_head_node(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     status = SlurmStatus(states={"dgx01": NodeState("alloc")}, jobs={"4711": ["dgx01"]})
-    monkeypatch.setattr(power_cmd, "read_slurm_status", lambda _site: status)
+    monkeypatch.setattr(power_cmd, "read_slurm_status", lambda _ctx: status)
     cluster = load_cluster(site.directory)
     nodes = [cluster.node("dgx01"), cluster.node("dgx02"), cluster.node("head01")]
-    reasons = power_cmd.refusals(site, nodes)
+    reasons = power_cmd.refusals(Context(site, writes=False), nodes)
     assert reasons == ["head01 is slurm_controller, slurm_dbd, login, monitoring", "dgx01 runs job 4711"]
     edit_nodes(site, "rack: r01\n  - name: dgx", "rack: r01\n    bmc: {address: 10.10.9.10}\n  - name: dgx")
     with pytest.raises(CorectlError, match=r"power off refused: dgx01 runs job 4711; drain first, or use --force"):
-        power_command.power(site, "off", "dgx01", force=False, timeout=5, warn=pytest.fail)
+        power_command.power(Context(site), "off", "dgx01", force=False, timeout=5, warn=pytest.fail)
 
 
 # --------------------------------------------------------------------------- heal's rules
@@ -243,7 +244,7 @@ class SimulatedCluster:
                 self.faults[node] = None
         return {}
 
-    def state_run(self, _site, _cluster, _console, names, state, reason=None, only_source=None) -> RunResult:
+    def state_run(self, _ctx, _console, names, state, reason=None, only_source=None) -> RunResult:
         for node in names:
             if state == "resume" and (only_source is None or source_of(self.reasons[node]) == only_source):
                 self.reasons[node] = "none"
@@ -270,7 +271,7 @@ def simulate(site: Site, monkeypatch: pytest.MonkeyPatch):
 
 def run_heal(site: Site, named: str | None = None) -> dict[str, heal_cmd.Outcome]:
     console = Console(file=io.StringIO())
-    return {o.node: o for o in heal_cmd.heal(site, console, named, warn=pytest.fail)}
+    return {o.node: o for o in heal_cmd.heal(Context(site), console, named, warn=pytest.fail)}
 
 
 def test_heal_walks_each_ladder_checks_after_every_step_and_resumes_what_passes(site: Site, simulate) -> None:

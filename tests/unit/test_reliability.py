@@ -20,6 +20,7 @@ from corectl.health import failures
 from corectl.health.reliability import failure_class, reliability
 from corectl.health.usage import UsageRead
 from corectl.site import Site
+from corectl.site.context import Context
 from corectl.slurm import NodeEvent, SlurmStatus
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -29,8 +30,7 @@ HOUR = timedelta(hours=1)
 
 @pytest.fixture
 def site(prod_copy: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
-    monkeypatch.setattr(failures_cmd, "render_site", lambda site, check_only: None)
-    monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda site: SlurmStatus())
+    monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda ctx, event_days: SlurmStatus())
     monkeypatch.setattr(
         failures_cmd,
         "read_usage",
@@ -109,8 +109,10 @@ def test_the_figures_are_those_computed_by_hand(site: Site):
 
 def test_corectl_report_prints_those_figures(site: Site, monkeypatch: pytest.MonkeyPatch):
     history(site)
-    monkeypatch.setattr(failures_cmd, "load_cluster", lambda directory: Cluster3())
-    figures, judged = failures_cmd.report(site, UNTIL, 10, lambda line: None)
+    monkeypatch.setattr(failures_cmd, "read_usage", lambda ctx, since, until: UsageRead(None, None, "", ""))
+    ctx = Context(site, writes=False)
+    ctx._cluster = Cluster3()  # type: ignore[assignment]
+    figures, judged, _ = failures_cmd.report(ctx, UNTIL, 10, lambda line: None)
     console = Console(record=True, width=120, color_system=None, file=StringIO())
     console.print(failures_cmd.report_view(site, figures, judged))
     lines = [line.rstrip() for line in console.export_text().splitlines()]

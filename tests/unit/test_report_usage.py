@@ -20,7 +20,8 @@ from corectl.ansible.progress import TaskResults
 from corectl.cli import app
 from corectl.commands import failures as failures_cmd
 from corectl.health import charts, page, usage, usage_read
-from corectl.site import Site
+from corectl.site import Site, render
+from corectl.site.context import Context
 from corectl.slurm import SlurmStatus
 from report_sample import HOSTILE, OUTAGES, QUERY_RANGE, SACCT, SINCE, UNTIL, sample_figures, sample_read
 
@@ -177,9 +178,8 @@ def test_the_terminal_form_fits_80_columns():
 
 @pytest.fixture
 def site(prod_copy: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
-    monkeypatch.setattr(failures_cmd, "render_site", lambda site, check_only: None)
-    monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda site: SlurmStatus())
-    monkeypatch.setattr(failures_cmd, "read_usage", lambda site, since, until: sample_read())
+    monkeypatch.setattr(failures_cmd, "read_slurm_status", lambda ctx, event_days: SlurmStatus())
+    monkeypatch.setattr(failures_cmd, "read_usage", lambda ctx, since, until: sample_read())
     return Site(root=ROOT, directory=prod_copy)
 
 
@@ -202,6 +202,7 @@ def test_an_unreachable_head_is_one_line_per_part_and_the_run_asks_both_hosts(pr
     from corectl.site.loader import load_cluster
 
     cluster = load_cluster(prod_copy)
+    render.write(cluster, prod_copy)  # a read runs with the inventory as last rendered
     head = cluster.with_role("slurm_controller")[0].name
     asked = []
 
@@ -209,9 +210,8 @@ def test_an_unreachable_head_is_one_line_per_part_and_the_run_asks_both_hosts(pr
         asked.append((request.playbook, request.limit, request.secrets, request.fan_out))
         sink({"event": "runner_on_unreachable", "event_data": {"host": head, "res": {"msg": "ssh: timed out\nmore"}}})
 
-    monkeypatch.setattr(usage_read, "render_site", lambda site, check_only: (cluster, None))
     monkeypatch.setattr(usage_read.ansible, "run", run)
-    read = usage_read.read_usage(Site(root=ROOT, directory=prod_copy), SINCE, UNTIL)
+    read = usage_read.read_usage(Context(Site(root=ROOT, directory=prod_copy), writes=False), SINCE, UNTIL)
     assert asked == [("report.yml", head, False, False)]  # the head is the controller and the monitoring node
     assert (read.usage, read.utilisation) == (None, None)
     assert read.usage_note == f"usage not read: {head} unreachable: ssh: timed out"

@@ -32,7 +32,7 @@ __all__ = [
 
 def run(request: RunRequest, sink: EventSink | None = None, *, cluster: Cluster | None = None) -> RunResult:
     """Run ``request`` (``sink`` sees every event): node-local, over the runners or here, as it says."""
-    if request.fan_out:
+    if request.fan_out and request.record:  # a read-only command's run is one host's work, from here
         cluster = cluster or load_cluster(request.site.directory)
         nodes = nodelocal.chosen(request, cluster)
         if nodes:

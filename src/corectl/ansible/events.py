@@ -10,9 +10,12 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from corectl.site import Site
+
+if TYPE_CHECKING:
+    from corectl.site.context import Context
 
 # A successful run of site.yml leaves this mark in .runs/, beside the run folders (which prune_runs removes
 # but for the newest): that the site has run before outlives the records of its provisions
@@ -43,6 +46,14 @@ class RunRequest:
     # over the site's runner hosts where cluster.yml names them (control.runners), else here;
     # False: always from this host (one host's work, such as a read on the controller)
     fan_out: bool = True
+    # False: a read-only command's run (corectl.site.context), which leaves no run record in the site and is
+    # never fanned out; its ansible-runner artifacts live in a temporary directory for the run's length
+    record: bool = True
+
+    @classmethod
+    def of(cls, ctx: Context, **fields: Any) -> RunRequest:
+        """A run of the command ``ctx`` is: of its site, recorded unless the command only reads."""
+        return cls(site=ctx.site, record=ctx.writes, **fields)
 
 
 @dataclass

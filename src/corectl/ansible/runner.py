@@ -320,9 +320,10 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
     import ansible_runner  # heavy import, only when a run happens
 
     site = request.site
-    site.runs_dir.mkdir(parents=True, exist_ok=True)
     ident = new_ident()
-    lock.note_run(site.runs_dir / ident)  # the site lock names the run its holder is in
+    if request.record:
+        site.runs_dir.mkdir(parents=True, exist_ok=True)
+        lock.note_run(site.runs_dir / ident)  # the site lock names the run its holder is in
     tally = Tally()
     started, clock = time.monotonic(), CpuClock()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -338,16 +339,20 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
         cancel = stack.enter_context(Cancel())
         kwargs = build(Path(tmp), ident, stack)
         kwargs["rotate_artifacts"] = 0  # ansible-runner's rotation would remove runs in progress: prune_runs
+        if not request.record:  # a read-only command's run: its artifacts go with the temporary directory
+            kwargs["artifact_dir"] = str(Path(tmp) / "artifacts")
         with _runner_environ():
             result = ansible_runner.run(**kwargs, event_handler=on_event, cancel_callback=cancel)
         status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
         if cancel.requested.is_set():
             status, rc = "canceled", cancel.exit_code
+        artifacts = Path(kwargs["artifact_dir"]) / ident
     hosts = tally.finals or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
-    run = RunResult(status, rc, hosts, site.runs_dir / ident, time.monotonic() - started, tally.messages, tally.tasks)
+    run = RunResult(status, rc, hosts, artifacts, time.monotonic() - started, tally.messages, tally.tasks)
     run.cpu = clock.spent()
-    record(request, run, started_at)
-    prune_runs(site.runs_dir)
+    if request.record:
+        record(request, run, started_at)
+        prune_runs(site.runs_dir)
     return run
 
 
@@ -355,8 +360,9 @@ def _site_build(request: RunRequest) -> Build:
     """How a run of the site's own playbooks is built here: its fact cache and known_hosts there, the vault
     password through corectl's socket when the run gets secrets."""
     site = request.site
-    site.facts_dir.mkdir(parents=True, exist_ok=True)
-    site.known_hosts.touch(exist_ok=True)
+    if request.record:  # a read-only command's run creates neither (no fact is gathered, no host key added)
+        site.facts_dir.mkdir(parents=True, exist_ok=True)
+        site.known_hosts.touch(exist_ok=True)
 
     def build(private_dir: Path, ident: str, stack: ExitStack) -> dict[str, Any]:
         vault_file = stack.enter_context(vault_password_client(site, private_dir)) if request.secrets else None

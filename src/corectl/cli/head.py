@@ -27,13 +27,12 @@ def backup(
     from corectl.commands.backup import backup as run_backup
     from corectl.commands.backup import backups_json, table
 
-    site = policy.site(inventory)
     progress = err if json_out else out  # stdout holds only the JSON
     if list_only:
-        backups = run_backup(site, progress, list_only=True)
+        backups = run_backup(policy.reading(inventory), progress, list_only=True)
     else:
-        with policy.changing(site, wait):
-            backups = run_backup(site, progress, list_only=False)
+        with policy.changing(policy.site(inventory), wait) as ctx:
+            backups = run_backup(ctx, progress, list_only=False)
     if json_out:
         print(json.dumps(backups_json(backups), indent=2))
     else:
@@ -58,9 +57,8 @@ def restore(
     verify, and a database holding newer jobs unless --force."""
     from corectl.commands.restore import restore as run_restore
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        done = run_restore(site, out, backup, force)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        done = run_restore(ctx, out, backup, force)
     out.print(f"restored backup {done.backup} (taken {done.created}) on {done.head}: the accounting database"
               + (f" and slurmctld's saved state ({done.state})" if done.state else ""), markup=False)  # fmt: skip
     if done.kept_aside:

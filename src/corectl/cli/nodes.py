@@ -23,9 +23,8 @@ def drain(
     """Drain nodes in Slurm: running jobs finish, no new jobs start there."""
     from corectl.commands.nodes import drain as run_drain
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        result = run_drain(site, out, nodes, reason)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        result = run_drain(ctx, out, nodes, reason)
     policy.require_ok(result, "drain")
 
 
@@ -34,9 +33,8 @@ def resume(nodes: NodesArg, inventory: InventoryOpt = None, wait: WaitOpt = 0) -
     """Return drained nodes to service in Slurm."""
     from corectl.commands.nodes import resume as run_resume
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        result = run_resume(site, out, nodes)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        result = run_resume(ctx, out, nodes)
     policy.require_ok(result, "resume")
 
 
@@ -67,9 +65,9 @@ def add_node(
     entry = node_entry(address, profile, rack=rack, leaf=leaf, ssh_host=ssh_host, ssh_port=ssh_port)
     site = policy.existing_site(inventory)  # before the password prompt: no site, no prompt
     login = policy.bootstrap_login(bootstrap_user, password_env, None) if bootstrap_user else None
-    with policy.changing(site, wait):
+    with policy.changing(site, wait) as ctx:
         run_add(
-            site, out, node, entry=entry, partitions=partition or [], login=login, accept=policy.host_key_prompt(yes)
+            ctx, out, node, entry=entry, partitions=partition or [], login=login, accept=policy.host_key_prompt(yes)
         )
 
 
@@ -83,9 +81,8 @@ def remove_node(
     """Drain a node, wait for its jobs, and remove it from Slurm, monitoring and cluster.yml."""
     from corectl.commands.lifecycle import remove_node as run_remove
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        run_remove(site, out, node, timeout=timeout)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        run_remove(ctx, out, node, timeout=timeout)
 
 
 @app.command("validate-nodes")
@@ -105,9 +102,8 @@ def validate_nodes(
     from corectl.commands.validate import FAILED
     from corectl.commands.validate import validate_nodes as run_validation
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        results = run_validation(site, out, nodes, pairwise)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        results = run_validation(ctx, out, nodes, pairwise)
     if any(r.result in FAILED for r in results):
         raise typer.Exit(1)
 
@@ -125,9 +121,8 @@ def heal(
     from corectl.commands.heal import heal as run_heal
     from corectl.commands.heal import outcome_table
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        outcomes = run_heal(site, out, nodes, warn=policy.warn)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        outcomes = run_heal(ctx, out, nodes, warn=policy.warn)
     out.print(outcome_table(outcomes))
     if not all(o.ok for o in outcomes):
         raise typer.Exit(1)
@@ -146,10 +141,13 @@ def power(
     from corectl.commands.power import power as run_power
     from corectl.commands.power import power_table
 
-    site = policy.site(inventory)
-    guard = contextlib.nullcontext() if action == "status" else policy.changing(site, wait)
-    with guard:
-        results = run_power(site, action, nodes, force=force, timeout=timeout, warn=policy.warn)
+    guard = (
+        contextlib.nullcontext(policy.reading(inventory))
+        if action == "status"
+        else policy.changing(policy.site(inventory), wait)
+    )
+    with guard as ctx:
+        results = run_power(ctx, action, nodes, force=force, timeout=timeout, warn=policy.warn)
     out.print(power_table(action, results))
     failed = [r.node for r in results if not r.ok]
     if failed:

@@ -32,16 +32,15 @@ def health(
     if burn_in:
         from corectl.commands.burnin import burn_in as run_burn_in
 
-        site = policy.site(inventory)
-        with policy.changing(site, wait):
-            results = run_burn_in(site, out, limit=limit)
+        with policy.changing(policy.site(inventory), wait) as ctx:
+            results = run_burn_in(ctx, out, limit=limit)
         if any(r.status == "fail" for r in results):
             raise typer.Exit(1)
         return
 
     from corectl.commands.health import health as run_health
 
-    if not run_health(policy.site(inventory), out, err, limit=limit, level=level, json_out=json_out, wide=wide):
+    if not run_health(policy.recording(inventory), out, err, limit=limit, level=level, json_out=json_out, wide=wide):
         raise typer.Exit(1)
 
 
@@ -50,7 +49,7 @@ def status(inventory: InventoryOpt = None) -> None:
     """Show compute nodes with their Slurm state, reason, running jobs, last health check and repeat offenders."""
     from corectl.commands.status import status as site_status
 
-    out.print(site_status(policy.site(inventory), policy.warn))
+    out.print(site_status(policy.reading(inventory), policy.warn))
 
 
 @app.command("history")
@@ -62,7 +61,7 @@ def node_history(
     """A node's health verdicts, remediation actions and drains (who drained it and why), newest first."""
     from corectl.commands.failures import history_view
 
-    out.print(history_view(policy.site(inventory), node, last, policy.warn))
+    out.print(history_view(policy.reading(inventory), node, last, policy.warn))
 
 
 @app.command()
@@ -81,12 +80,12 @@ def rma(
     from corectl.commands.failures import rma as rma_report
     from corectl.commands.failures import rma_json, rma_view
 
-    site = policy.site(inventory)
-    offenders, cases = rma_report(site, datetime.now(UTC), policy.warn, failures, days)
+    ctx = policy.reading(inventory)
+    offenders, cases = rma_report(ctx, datetime.now(UTC), policy.warn, failures, days)
     if json_out:
-        print(json.dumps(rma_json(site, offenders, cases), indent=2))
+        print(json.dumps(rma_json(ctx.site, offenders, cases), indent=2))
     else:
-        out.print(rma_view(site, offenders, cases))
+        out.print(rma_view(ctx.site, offenders, cases))
 
 
 @app.command()
@@ -103,15 +102,15 @@ def report(
     why, and the reliability figures (failures, MTBF, MTTR, availability per node and class)."""
     from datetime import UTC, datetime
 
-    from corectl.commands.failures import check_html_path, period, report_json, report_view, write_html
+    from corectl.commands.failures import check_html_path, report_json, report_view, write_html
     from corectl.commands.failures import report as reliability_report
 
     if html is not None:
         check_html_path(html)
-    site = policy.site(inventory)
+    ctx = policy.reading(inventory)
+    site = ctx.site
     now = datetime.now(UTC)
-    figures, judged = reliability_report(site, now, days, policy.warn)
-    of = period(site, figures)
+    figures, judged, of = reliability_report(ctx, now, days, policy.warn)
     if html is not None:
         write_html(site, figures, of, html, now)
     if json_out:
@@ -134,5 +133,5 @@ def node_logs(
     is down or was power-cycled."""
     from corectl.commands.logs import logs as read_logs
 
-    for line in read_logs(policy.site(inventory), out, node, since, grep, lines):
+    for line in read_logs(policy.reading(inventory), out, node, since, grep, lines):
         print(line)

@@ -17,6 +17,7 @@ import typer
 from corectl.cli.app import err, out
 from corectl.errors import CorectlError
 from corectl.site import Site, require_cluster_file, resolve_site
+from corectl.site.context import Context
 
 if TYPE_CHECKING:
     from corectl.ansible import RunResult
@@ -36,11 +37,14 @@ def existing_site(inventory: str | None) -> Site:
 
 # What each command does to its site, declared once. CHANGES: it holds the site's lock (changing(), below) for all
 # of its work, so a second changing command is refused with exit 75 or waits (--wait). READS: it never takes the
-# lock and never waits for it. A command whose option switches it to the other kind is listed again with that
-# option ("health --burn-in"). NEW_SITE: init (the site must not exist yet); MACHINE: the lab's image and
-# package repository, of this machine, no site's. tests/unit/test_command_locks.py runs every CHANGES entry under
-# a held lock (refused, the site byte-identical) and fails for a command of the app that is missing here.
-CHANGES, READS, NEW_SITE, MACHINE = "changes", "reads", "new site", "machine"
+# lock and never waits for it, and writes nothing to the site (reading(): no inventory, run record or history row).
+# RECORDS: no lock either, but it keeps what it found (recording(): health's verdicts, a plan's run record). A
+# command whose option switches it to another kind is listed again with that option ("health --burn-in").
+# NEW_SITE: init (the site must not exist yet); MACHINE: the lab's image and package repository, of this machine,
+# no site's. tests/unit/test_command_locks.py runs every CHANGES entry under a held lock (refused, the site
+# byte-identical), every READS entry (the site byte-identical after it), and fails for a command of the app that
+# is missing here.
+CHANGES, READS, RECORDS, NEW_SITE, MACHINE = "changes", "reads", "records", "new site", "machine"
 COMMAND_LOCKS: dict[str, str] = {
     "add-node": CHANGES,
     "backup": CHANGES,
@@ -48,7 +52,7 @@ COMMAND_LOCKS: dict[str, str] = {
     "bootstrap": CHANGES,
     "drain": CHANGES,
     "heal": CHANGES,
-    "health": READS,
+    "health": RECORDS,
     "health --burn-in": CHANGES,  # resumes the nodes it tested and drains a slow one
     "history": READS,
     "init": NEW_SITE,
@@ -59,7 +63,7 @@ COMMAND_LOCKS: dict[str, str] = {
     "lab repo": MACHINE,
     "lab up": CHANGES,
     "logs": READS,
-    "plan": READS,
+    "plan": RECORDS,
     "power": CHANGES,
     "power status": READS,
     "provision": CHANGES,
@@ -87,16 +91,27 @@ COMMAND_LOCKS: dict[str, str] = {
 
 
 @contextlib.contextmanager
-def changing(target: Site, wait: float) -> Iterator[None]:
-    """Hold the site's lock (one changing command per site); the holder is this command line."""
+def changing(target: Site, wait: float) -> Iterator[Context]:
+    """Hold the site's lock (one changing command per site; the holder is this command line) and give the
+    command its context (corectl.site.context), which renders the inventory when stale."""
     from corectl.lock import site_lock
 
     if not target.directory.is_dir():  # no such site: the command says so itself, and nothing is created
-        yield
+        yield Context(target)
         return
     command = shlex.join(sys.argv[1:])
     with site_lock(target, command, wait=wait, warn=warn):
-        yield
+        yield Context(target)
+
+
+def reading(inventory: str | None) -> Context:
+    """A READS command's context: it writes nothing to the site (no inventory, run record or history row)."""
+    return Context(resolve_site(inventory), writes=False, warn=warn)
+
+
+def recording(inventory: str | None) -> Context:
+    """A RECORDS command's context: no lock; it keeps what it found (verdicts, its run record)."""
+    return Context(resolve_site(inventory))
 
 
 def warn(line: str) -> None:

@@ -37,9 +37,8 @@ def provision(
     """Validate, render and run the site playbook on the site's nodes (through its runners, if any)."""
     from corectl.commands.provision import provision as run_provision
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        result = run_provision(site, out, limit=limit, tags=tags, check=check, diff=diff, local=local)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        result = run_provision(ctx, out, limit=limit, tags=tags, check=check, diff=diff, local=local)
     policy.require_ok(result, "provision", per_host=True)
 
 
@@ -48,7 +47,7 @@ def plan(inventory: InventoryOpt = None, limit: LimitOpt = None, tags: TagsOpt =
     """Dry run of provision (check + diff) with a per-host list of what would change."""
     from corectl.commands.provision import plan as run_plan
 
-    policy.require_ok(run_plan(policy.site(inventory), out, limit=limit, tags=tags), "plan", per_host=True)
+    policy.require_ok(run_plan(policy.recording(inventory), out, limit=limit, tags=tags), "plan", per_host=True)
 
 
 @app.command()
@@ -66,8 +65,8 @@ def bootstrap(
 
     site = policy.existing_site(inventory)  # before the password prompt: no site, no prompt
     login = policy.bootstrap_login(user, password_env, key)
-    with policy.changing(site, wait):
-        run_bootstrap(site, out, nodes or [], login, policy.host_key_prompt(yes))
+    with policy.changing(site, wait) as ctx:
+        run_bootstrap(ctx, out, nodes or [], login, policy.host_key_prompt(yes))
 
 
 @upgrade_app.command("drivers")
@@ -81,9 +80,8 @@ def upgrade_drivers(
     """Rolling, drain-aware upgrade to group_vars' nvidia_driver_version: idle nodes first, no job killed."""
     from corectl.commands.upgrade import upgrade_drivers as run_upgrade
 
-    site = policy.site(inventory)
-    with policy.changing(site, wait):
-        results = run_upgrade(site, out, batch=batch, timeout=timeout, limit=limit)
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        results = run_upgrade(ctx, out, batch=batch, timeout=timeout, limit=limit)
     out.print(f"upgrade drivers: {len(results)} batch(es) done", highlight=False)
 
 

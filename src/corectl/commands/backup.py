@@ -20,7 +20,7 @@ from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.errors import CorectlError
 from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 
 RESULT_TASK = "Run the backup program"  # playbooks/backup.yml
 # the site directory's entries a backup leaves out: the vault password (a backup keeps secrets encrypted, and the
@@ -64,8 +64,8 @@ class Backups:
     list_only: bool  # False: kept holds the backup just taken
 
 
-def backup(site: Site, console: Console, list_only: bool) -> Backups:
-    cluster, _ = render_site(site, check_only=False)
+def backup(ctx: Context, console: Console, list_only: bool) -> Backups:
+    site, cluster = ctx.site, ctx.rendered()
     if cluster.config.backup is None:
         raise CorectlError(f"{site.cluster_file}: backup is not set (where backups go, how many are kept)", exit_code=2)
     head = cluster.with_role("slurm_dbd")[0].name
@@ -73,8 +73,8 @@ def backup(site: Site, console: Console, list_only: bool) -> Backups:
         extravars = {"corectl_backup_action": "list" if list_only else "take"}
         if not list_only:
             extravars["corectl_backup_add"] = str(site_archive(site, Path(private)))
-        request = RunRequest(
-            site=site,
+        request = RunRequest.of(
+            ctx,
             playbook="backup.yml",
             command="backup --list" if list_only else "backup",
             limit=head,

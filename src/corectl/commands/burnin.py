@@ -13,8 +13,7 @@ from corectl import ansible, slurm
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.drain_reason import DrainReason
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 
 CHECK = "nccl"  # the checker's check the burn-in job runs (roles/node_health/files/health_check/nccl.py)
 
@@ -59,10 +58,10 @@ def judge(raw: dict) -> BurnIn:
 RESULT_TASK = "Record the node's burn-in result"  # playbooks/burn-in.yml: its fact is the node's result
 
 
-def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[BurnIn]:
-    cluster, _ = render_site(site, check_only=False)
-    request = RunRequest(
-        site=site,
+def burn_in(ctx: Context, console: Console, *, limit: str | None = None) -> list[BurnIn]:
+    site, cluster = ctx.site, ctx.rendered()
+    request = RunRequest.of(
+        ctx,
         playbook="burn-in.yml",
         command="health --burn-in",
         limit=limit or "compute",  # the play's hosts: a fanned-out run then has no shard of service nodes
@@ -84,7 +83,7 @@ def burn_in(site: Site, console: Console, *, limit: str | None = None) -> list[B
     console.print(table)
     failed = [r for r in results if r.status == "fail"]
     for r in failed:  # one run each: every node's reason has its own figure
-        slurm.state_run(site, cluster, console, [r.node], "drain", drain_reason(r))
+        slurm.state_run(ctx, console, [r.node], "drain", drain_reason(r))
     return results
 
 

@@ -36,24 +36,21 @@ from corectl.health.stamps import parse_stamp
 from corectl.health.usage import Share, UsageRead
 from corectl.health.usage_read import read_usage
 from corectl.site import Site, groupvars, require_cluster_file
-from corectl.site.inventory import render_site
-from corectl.site.loader import load_cluster
-from corectl.slurm import read_slurm_status
+from corectl.site.context import Context
+from corectl.slurm import NodeEvent, read_slurm_status
 from corectl.words import counted
 
 Warn = Callable[[str], None]
 
 
-def sync_drains(site: Site, warn: Warn) -> None:
-    """The drains and downs Slurm's accounting recorded, copied into the history (read on the
-    controller); a controller that cannot be read: ``warn``, and the history as kept."""
+def slurm_events(ctx: Context, warn: Warn, days: int = 30) -> list[NodeEvent]:
+    """The drains and downs of the last ``days`` days Slurm's accounting holds (read on the controller), shown
+    with the history; a controller that cannot be read: ``warn``, and none (the history as kept)."""
     try:
-        render_site(site, check_only=False)
-        events = read_slurm_status(site).events
+        return read_slurm_status(ctx, event_days=days).events
     except CorectlError as exc:
         warn(f"warning: Slurm's drains not read, the history is shown as kept: {exc}")
-        return
-    failures.keep_slurm_events(site, events, warn)
+        return []
 
 
 def shown_time(at: str) -> str:
@@ -111,11 +108,12 @@ def entries_grid(entries: list[Entry], indent: int = 0) -> Table:
 # --------------------------------------------------------------------------- history NODE
 
 
-def history_view(site: Site, node: str, last: int, warn: Warn) -> RenderableType:
+def history_view(ctx: Context, node: str, last: int, warn: Warn) -> RenderableType:
     """The node's newest ``last`` verdicts, actions and drains, newest first, one row each."""
+    site = ctx.site
     require_cluster_file(site)
-    sync_drains(site, warn)
-    entries = failures.node_history(site, node, last + 1)  # one more: are there older ones?
+    events = slurm_events(ctx, warn)
+    entries = failures.node_history(site, node, last + 1, events)  # one more: are there older ones?
     if not entries:
         return Text(f"{node}: nothing recorded in {site.name} (corectl health records verdicts)")
     shown = entries[:last]
@@ -128,12 +126,12 @@ def history_view(site: Site, node: str, last: int, warn: Warn) -> RenderableType
 
 
 def rma(
-    site: Site, now: datetime, warn: Warn, count: int | None = None, days: int | None = None
+    ctx: Context, now: datetime, warn: Warn, count: int | None = None, days: int | None = None
 ) -> tuple[Offenders, list[RmaCase]]:
     """The RMA report by the given rule, else the site's (group_vars)."""
-    require_cluster_file(site)
-    sync_drains(site, warn)
-    return failures.rma_report(site, *thresholds(site, count, days), now)
+    require_cluster_file(ctx.site)
+    failures_, days_ = thresholds(ctx.site, count, days)
+    return failures.rma_report(ctx.site, failures_, days_, now, slurm_events(ctx, warn, days_))
 
 
 def rma_view(site: Site, offenders: Offenders, cases: list[RmaCase]) -> RenderableType:
@@ -183,16 +181,18 @@ def rma_json(site: Site, offenders: Offenders, cases: list[RmaCase]) -> dict[str
 # --------------------------------------------------------------------------- report
 
 
-def report(site: Site, now: datetime, days: int, warn: Warn) -> tuple[Reliability, dict[str, Any]]:
-    """The reliability figures of the ``days`` days up to ``now``, and the health checks' order and
-    thresholds they were judged by."""
+def report(ctx: Context, now: datetime, days: int, warn: Warn) -> tuple[Reliability, dict[str, Any], Period]:
+    """The reliability figures of the ``days`` days up to ``now``, the health checks' order and thresholds they
+    were judged by, and the period's outages, usage and utilisation."""
+    site = ctx.site
     require_cluster_file(site)
-    sync_drains(site, warn)
     since, until = failures.window(days, now)
-    computes = [node.name for node in load_cluster(site.directory).nodes if "compute" in node.roles]
-    evidence = failures.window_evidence(site, since, until)
+    evidence = failures.window_evidence(site, since, until, slurm_events(ctx, warn, days))
+    computes = [node.name for node in ctx.cluster.nodes if "compute" in node.roles]
     figures = reliability(computes, evidence, parse_stamp(since), parse_stamp(until))
-    return figures, {"checks": list(CHECK_ORDER[2:]), "thresholds": health_thresholds(site)}
+    judged = {"checks": list(CHECK_ORDER[2:]), "thresholds": health_thresholds(site)}
+    of = Period(outages(evidence, figures.since, figures.until), read_usage(ctx, figures.since, figures.until))
+    return figures, judged, of
 
 
 def health_thresholds(site: Site) -> dict[str, Any]:
@@ -218,13 +218,6 @@ class Period:
 
     outages: list[Outage]
     read: UsageRead
-
-
-def period(site: Site, figures: Reliability) -> Period:
-    """The period's outages from the history, and its usage and utilisation read on the head."""
-    evidence = failures.window_evidence(site, failures.stamp(figures.since), failures.stamp(figures.until))
-    found = outages(evidence, figures.since, figures.until)
-    return Period(found, read_usage(site, figures.since, figures.until))
 
 
 def check_html_path(path: Path) -> None:

@@ -21,9 +21,8 @@ from corectl.health.report import health
 from corectl.node_state import NodeState
 from corectl.power import apply as power_apply
 from corectl.power import credentials, history_recorder
-from corectl.site import Site, groupvars
-from corectl.site.inventory import render_site
-from corectl.site.model import Cluster
+from corectl.site import groupvars
+from corectl.site.context import Context
 from corectl.site.model_services import Validation
 from corectl.slurm import compute_names, read_slurm_status, state_run
 
@@ -44,9 +43,10 @@ class Outcome:
 class Healer:
     """One `corectl heal`: the site, its rules, and what happened to each node."""
 
-    def __init__(self, site: Site, cluster: Cluster, console: Console, warn: Callable[[str], None]) -> None:
+    def __init__(self, ctx: Context, console: Console, warn: Callable[[str], None]) -> None:
+        site, cluster = ctx.site, ctx.rendered()
         values = groupvars.all_vars(site)
-        self.site, self.cluster, self.console = site, cluster, console
+        self.ctx, self.site, self.cluster, self.console = ctx, site, cluster, console
         self.ladders = rules.ladders(values)
         self.window = rules.window_hours(values)
         self.record = history_recorder(site, warn)
@@ -62,7 +62,7 @@ class Healer:
     def drained(self, named: list[str] | None) -> list[str]:
         """Nodes drained by the health checks with no job left (named ones that are not: said why)."""
         computes = [n.name for n in self.cluster.nodes if "compute" in n.roles]
-        status = read_slurm_status(self.site, self.console)
+        status = read_slurm_status(self.ctx)
         keep_slurm_events(self.site, status.events, self.warn)
         chosen = []
         for node in named or computes:
@@ -92,13 +92,13 @@ class Healer:
         if not nodes:
             return {}
         level = self.validation_level if validation else None
-        reports = health(self.site, self.console, limit=",".join(nodes), level=level, validation=validation).nodes
+        reports = health(self.ctx, self.console, limit=",".join(nodes), level=level, validation=validation).nodes
         return {node: rules.first_failed(reports[node]) if node in reports else "reachable" for node in nodes}
 
     def playbook_step(self, step: str, nodes: list[str], **extravars: str) -> dict[str, str]:
         """Run one step of playbooks/heal.yml; node -> why it failed."""
-        request = RunRequest(
-            site=self.site,
+        request = RunRequest.of(
+            self.ctx,
             playbook="heal.yml",
             command=f"heal {step} {hostlist.compress(nodes)}",
             limit=",".join(nodes),
@@ -154,7 +154,7 @@ class Healer:
     def resume(self, passed: dict[str, str]) -> None:
         if not passed:
             return
-        result = state_run(self.site, self.cluster, self.console, sorted(passed), "resume", only_source=Source.HEALTH)
+        result = state_run(self.ctx, self.console, sorted(passed), "resume", only_source=Source.HEALTH)
         for node, detail in sorted(passed.items()):
             if result.ok:
                 self.record(node, rules.HEALED, rules.OK, detail)
@@ -169,7 +169,7 @@ class Healer:
             by_check.setdefault(check, []).append(node)
         for check, nodes in sorted(by_check.items()):
             reason = str(DrainReason.service(check))
-            result = state_run(self.site, self.cluster, self.console, sorted(nodes), "drain", reason)
+            result = state_run(self.ctx, self.console, sorted(nodes), "drain", reason)
             for node in sorted(nodes):
                 why = cases[node][1]
                 self.record(node, "heal: needs hardware service", "drained" if result.ok else "failed", why)
@@ -224,10 +224,9 @@ class Healer:
         return self.outcomes
 
 
-def heal(site: Site, console: Console, expr: str | None, warn: Callable[[str], None]) -> list[Outcome]:
-    cluster, _ = render_site(site, check_only=False)
-    named = compute_names(site, cluster, expr, "NODES") if expr else None
-    return Healer(site, cluster, console, warn).run(named)
+def heal(ctx: Context, console: Console, expr: str | None, warn: Callable[[str], None]) -> list[Outcome]:
+    healer = Healer(ctx, console, warn)  # cluster.yml validated and the inventory rendered once, for every round
+    return healer.run(compute_names(ctx, expr, "NODES") if expr else None)
 
 
 def outcome_table(outcomes: list[Outcome]) -> Table | Text:

@@ -8,11 +8,11 @@ from rich.console import Console
 
 from corectl.health.report import health as run_checks
 from corectl.health.report import health_json, render_report
-from corectl.site import Site
+from corectl.site.context import Context
 
 
 def health(
-    site: Site,
+    ctx: Context,
     out: Console,
     err: Console,
     *,
@@ -23,7 +23,7 @@ def health(
 ) -> bool:
     """Run the checks and print the summary (``wide``: the matrix; ``json_out``: JSON, with the
     progress on ``err``); whether every node passed."""
-    result = run_checks(site, err if json_out else out, limit=limit, level=level)
+    result = run_checks(ctx, err if json_out else out, limit=limit, level=level)
     if json_out:
         print(json.dumps(health_json(result.nodes), indent=2))
     else:

@@ -7,7 +7,7 @@ from corectl.lab import ceph, repo
 from corectl.lab.image import ensure_baked_image, ensure_ceph_image, ensure_image
 from corectl.lab.nodes import add, down, replace_node, up
 from corectl.lab.spec import LabNode, LabSpec
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 
 __all__ = [
     "LabSpec", "add", "down", "ensure_baked_image", "ensure_ceph_image", "ensure_image", "lab_up", "replace_node",
@@ -18,7 +18,7 @@ __all__ = [
 def lab_up(spec: LabSpec) -> tuple[list[LabNode], str | None]:
     """Return the nodes and the Ceph monitor address (None without Ceph)."""
     nodes = up(spec)
-    render_site(spec.site, check_only=False)
+    Context(spec.site).rendered()
     secrets.init(spec.site)
     return nodes, ceph.ensure(spec) if spec.ceph else None
 

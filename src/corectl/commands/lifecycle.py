@@ -33,7 +33,7 @@ from corectl.errors import CorectlError
 from corectl.files import atomic_write
 from corectl.health.report import health
 from corectl.site import Site, edit
-from corectl.site.inventory import render_site, validate
+from corectl.site.context import Context
 from corectl.site.model import Cluster
 from corectl.slurm import set_state
 
@@ -59,10 +59,11 @@ def _failed(title: str, result: RunResult) -> CorectlError:
     return CorectlError(f"{title}: failed on {failed}; see {result.artifact_dir}")
 
 
-def _check_slurm_release(site: Site, console: Console, name: str, before: bytes | None) -> None:
+def _check_slurm_release(ctx: Context, console: Console, name: str, before: bytes | None) -> None:
     """Before any other node changes: the new node's Slurm release against the cluster's
     (playbooks/slurm-versions.yml). Refused: the node leaves cluster.yml again when add-node put it there."""
     title = f"add-node {name}: its Slurm release against the cluster's"
+    site = ctx.site
     result = _step(
         site, console, title, check=False,
         command=f"add-node {name} (slurm versions)", playbook="slurm-versions.yml", limit=name, secrets=False,
@@ -74,7 +75,7 @@ def _check_slurm_release(site: Site, console: Console, name: str, before: bytes 
         raise _failed(title, result)
     if before is not None:
         atomic_write(site.cluster_file, before)
-        render_site(site, check_only=False)
+        ctx.reload()
         console.print(f"{site.cluster_file}: {name} taken out again")
     raise CorectlError("; ".join(refusals))
 
@@ -141,7 +142,7 @@ def node_entry(
 
 
 def add_node(
-    site: Site,
+    ctx: Context,
     console: Console,
     name: str,
     *,
@@ -150,7 +151,7 @@ def add_node(
     login: Login | None = None,
     accept: Callable[[str, str], bool] | None = None,
 ) -> None:
-    current = validate(site)
+    site, current = ctx.site, ctx.cluster
     declared = any(n.name == name for n in current.nodes)
     before = None if declared else site.cluster_file.read_bytes()
     if not declared:
@@ -160,30 +161,30 @@ def add_node(
             partitions = [p.name for p in current.config.slurm.partitions if p.default]
         edit.add_node(site, {"name": name, **entry}, partitions)
         console.print(f"{site.cluster_file}: {name} added (partitions: {', '.join(partitions) or 'none'})")
-    cluster, _ = render_site(site, check_only=False)
+    cluster = ctx.reload() if before is not None else ctx.rendered()
     secrets.check(site)
     if login is not None:  # a fresh machine: first contact before Ansible can reach it
-        bootstrap(site, console, [name], login, accept or (lambda _node, _key: False))
+        bootstrap(ctx, console, [name], login, accept or (lambda _node, _key: False))
     node = cluster.node(name)
     if "compute" not in node.roles:
         raise CorectlError(f"add-node handles compute nodes; {name} has roles {', '.join(node.roles)}", exit_code=2)
-    _check_slurm_release(site, console, name, before)
+    _check_slurm_release(ctx, console, name, before)
     others = [n.name for n in cluster.nodes if n.name != name]
     _update_hosts(site, console, "add-node", name, others)
     _update_config(site, console, cluster, "add-node", name)
     _update_slurmd(site, console, cluster, "add-node", name)
-    set_state(site, console, name, "drain", ADD_REASON)
+    set_state(ctx, console, name, "drain", ADD_REASON)
     _step(site, console, f"add-node {name}: the node itself", command=f"add-node {name}", limit=name)
-    report = health(site, console, limit=name)
+    report = health(ctx, console, limit=name)
     if not report.ok:
         failed = [c["name"] for c in report.nodes.get(name, {}).get("checks", []) if c.get("status") == "fail"]
         raise CorectlError(f"{name} failed its health checks ({', '.join(failed)}); it stays drained")
-    set_state(site, console, name, "resume")
+    set_state(ctx, console, name, "resume")
     console.print(f"{name} is in service")
 
 
-def remove_node(site: Site, console: Console, name: str, *, timeout: int) -> None:
-    cluster = validate(site)
+def remove_node(ctx: Context, console: Console, name: str, *, timeout: int) -> None:
+    site, cluster = ctx.site, ctx.cluster
     try:
         node = cluster.node(name)
     except KeyError:
@@ -205,7 +206,7 @@ def remove_node(site: Site, console: Console, name: str, *, timeout: int) -> Non
     )
     cluster = edit.remove_node(site, name)
     console.print(f"{site.cluster_file}: {name} removed")
-    render_site(site, check_only=False)
+    ctx.reload()
     _update_config(site, console, cluster, "remove-node", name)
     _update_slurmd(site, console, cluster, "remove-node", name)
     others = hostlist.compress([n.name for n in cluster.nodes])

@@ -12,8 +12,7 @@ from corectl import ansible
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import TaskResults
 from corectl.errors import CorectlError
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 
 RESULT_TASK = "Read the node's logs"  # playbooks/logs.yml
 DURATION = re.compile(r"^(\d{1,6})([smhd])$")
@@ -28,7 +27,7 @@ def since_seconds(text: str) -> int:
     return int(match.group(1)) * SECONDS[match.group(2)]
 
 
-def logs(site: Site, console: Console, node: str, since: str | None, grep: str | None, lines: int) -> list[str]:
+def logs(ctx: Context, console: Console, node: str, since: str | None, grep: str | None, lines: int) -> list[str]:
     extravars = {"corectl_logs_node": node, "corectl_logs_lines": lines, "corectl_logs_grep": grep or ""}
     if since is not None:
         extravars["corectl_logs_since"] = since_seconds(since)
@@ -37,14 +36,14 @@ def logs(site: Site, console: Console, node: str, since: str | None, grep: str |
             re.compile(grep)
         except re.error as exc:
             raise CorectlError(f"--grep {grep!r}: {exc}", exit_code=2) from None
-    cluster, _ = render_site(site, check_only=False)
+    site, cluster = ctx.site, ctx.rendered()
     if cluster.config.logs is None:
         raise CorectlError(f"{site.cluster_file}: logs is not set (no node forwards its logs)", exit_code=2)
     if node not in {n.name for n in cluster.nodes}:
         raise CorectlError(f"{node} is not a node of {site.name}", exit_code=2)
     host = cluster.config.logs.host or cluster.with_role("slurm_controller")[0].name
-    request = RunRequest(
-        site=site, playbook="logs.yml", command=f"logs {node}", limit=host, extravars=extravars, secrets=False,
+    request = RunRequest.of(
+        ctx, playbook="logs.yml", command=f"logs {node}", limit=host, extravars=extravars, secrets=False,
         fan_out=False,
     )  # fmt: skip
     read = TaskResults(RESULT_TASK, lambda _event: None)

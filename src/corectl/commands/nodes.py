@@ -5,13 +5,13 @@ from __future__ import annotations
 from rich.console import Console
 
 from corectl.ansible import RunResult
-from corectl.site import Site
+from corectl.site.context import Context
 from corectl.slurm import set_state
 
 
-def drain(site: Site, console: Console, nodes: str, reason: str) -> RunResult:
-    return set_state(site, console, nodes, "drain", reason)
+def drain(ctx: Context, console: Console, nodes: str, reason: str) -> RunResult:
+    return set_state(ctx, console, nodes, "drain", reason)
 
 
-def resume(site: Site, console: Console, nodes: str) -> RunResult:
-    return set_state(site, console, nodes, "resume")
+def resume(ctx: Context, console: Console, nodes: str) -> RunResult:
+    return set_state(ctx, console, nodes, "resume")

@@ -18,18 +18,18 @@ from corectl.power import (
     history_recorder,
     refusals,
 )
-from corectl.site import Site
-from corectl.site.inventory import validate
+from corectl.site.context import Context
 
 
 def power(
-    site: Site, action: str, expr: str, *, force: bool, timeout: float, warn: Callable[[str], None]
+    ctx: Context, action: str, expr: str, *, force: bool, timeout: float, warn: Callable[[str], None]
 ) -> list[PowerResult]:
     if action not in ("status", *ACTIONS):
         raise CorectlError(f"unknown power action '{action}' (status, {', '.join(ACTIONS)})", exit_code=2)
-    nodes = bmc_nodes(validate(site), expr)
+    site = ctx.site
+    nodes = bmc_nodes(ctx.cluster, expr)
     if action in DESTRUCTIVE and not force:
-        reasons = refusals(site, nodes)
+        reasons = refusals(ctx, nodes)
         if reasons:
             raise CorectlError(f"power {action} refused: {'; '.join(reasons)}; drain first, or use --force")
     creds = credentials(site)

@@ -11,15 +11,14 @@ from corectl import ansible, secrets
 from corectl.ansible import EventSink, RunRequest, RunResult, changed_paths, reported_change
 from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.ansible.records import expected_from_history
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 from corectl.words import counted
 
 SHARD_LINES = 12  # more shards than this: only those that did not succeed get a line
 
 
 def provision(
-    site: Site,
+    ctx: Context,
     console: Console,
     *,
     limit: str | None = None,
@@ -31,10 +30,10 @@ def provision(
     on_event: EventSink | None = None,
     local: bool = False,
 ) -> RunResult:
-    cluster, _ = render_site(site, check_only=False)
+    site, cluster = ctx.site, ctx.rendered()
     secrets.check(site)  # a missing or placeholder secret stops the run before any node is touched
-    request = RunRequest(
-        site=site,
+    request = RunRequest.of(
+        ctx,
         playbook=playbook,
         command=command,
         limit=limit,
@@ -100,11 +99,11 @@ def plan_table(changes: dict[str, list[str]]) -> Table:
     return table
 
 
-def plan(site: Site, console: Console, *, limit: str | None = None, tags: str | None = None) -> RunResult:
+def plan(ctx: Context, console: Console, *, limit: str | None = None, tags: str | None = None) -> RunResult:
     """provision --check --diff, then a per-host list of the tasks that would change something."""
     events: list[dict[str, Any]] = []
     result = provision(
-        site, console, limit=limit, tags=tags, check=True, diff=True, command="plan", on_event=events.append
+        ctx, console, limit=limit, tags=tags, check=True, diff=True, command="plan", on_event=events.append
     )
     changes = changes_from(events)
     console.print(plan_table(changes) if changes else "nothing would change")

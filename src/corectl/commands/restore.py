@@ -15,8 +15,7 @@ from corectl import ansible
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.errors import CorectlError
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 
 CHECK_TASK = "Check that the backup can be restored"  # playbooks/restore.yml
 RESULT_TASK = "Restore the database and slurmctld's saved state"
@@ -33,8 +32,8 @@ class Restored:
     second: str  # the second controller, whose slurmctld was stopped meanwhile and started again, or ""
 
 
-def restore(site: Site, console: Console, backup: str | None, force: bool) -> Restored:
-    cluster, _ = render_site(site, check_only=False)
+def restore(ctx: Context, console: Console, backup: str | None, force: bool) -> Restored:
+    site, cluster = ctx.site, ctx.rendered()
     if cluster.config.backup is None:
         raise CorectlError(f"{site.cluster_file}: backup is not set (there is nothing to restore from)", exit_code=2)
     head = cluster.with_role("slurm_dbd")[0].name
@@ -45,8 +44,8 @@ def restore(site: Site, console: Console, backup: str | None, force: bool) -> Re
     # a second controller's slurmctld is stopped while the head is restored (it would take over and write the
     # shared state directory) and started again after
     second = cluster.config.slurm.backup_controller
-    request = RunRequest(
-        site=site,
+    request = RunRequest.of(
+        ctx,
         playbook="restore.yml",
         command="restore" + (f" --backup {backup}" if backup else "") + (" --force" if force else ""),
         limit=",".join([head, *([second] if second else [])]),

@@ -12,10 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from corectl import hostlist
-from corectl.health.failures import Offenders, keep_slurm_events, rule, site_offenders
+from corectl.health.failures import Offenders, rule, site_offenders
 from corectl.health.report import last_verdicts, verdict_failed
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 from corectl.slurm import SlurmStatus, read_slurm_status
 from corectl.words import counted
 
@@ -96,11 +95,10 @@ def status_table(
     return Group(*parts)
 
 
-def status(site: Site, warn: Callable[[str], None]) -> Group:
+def status(ctx: Context, warn: Callable[[str], None]) -> Group:
     """Everything `corectl status` shows: Slurm's view read on the controller now, each node's last
-    health verdict, and the repeat offenders (a history that cannot be read: ``warn``, and none)."""
-    render_site(site, check_only=False)
-    slurm = read_slurm_status(site)
-    keep_slurm_events(site, slurm.events, warn)  # the drains Slurm recorded count in the repeat offenders
-    offenders = site_offenders(site, datetime.now(UTC), warn)
-    return status_table(slurm, last_verdicts(site), offenders)
+    health verdict, and the repeat offenders, the drains Slurm recorded counted (a history that cannot be
+    read: ``warn``, and none)."""
+    slurm = read_slurm_status(ctx)
+    offenders = site_offenders(ctx.site, datetime.now(UTC), warn, slurm.events)
+    return status_table(slurm, last_verdicts(ctx.site), offenders)

@@ -14,8 +14,7 @@ from corectl import ansible, hostlist, secrets
 from corectl.ansible import RunRequest, RunResult
 from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.errors import CorectlError
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 from corectl.slurm import read_slurm_status
 
 
@@ -29,11 +28,11 @@ def batches(nodes: list[str], size: int) -> list[list[str]]:
 
 
 def upgrade_drivers(
-    site: Site, console: Console, *, batch: int, timeout: int, limit: str | None = None
+    ctx: Context, console: Console, *, batch: int, timeout: int, limit: str | None = None
 ) -> list[RunResult]:
     if batch < 1:
         raise CorectlError("--batch must be at least 1", exit_code=2)
-    cluster, _ = render_site(site, check_only=False)
+    site, cluster = ctx.site, ctx.rendered()
     nodes = [n.name for n in cluster.with_gpus()]
     if limit:
         try:
@@ -47,15 +46,15 @@ def upgrade_drivers(
     if not nodes:
         raise CorectlError(f"site {site.name} has no GPU nodes", exit_code=2)
     secrets.check(site)
-    status = read_slurm_status(site, console)
+    status = read_slurm_status(ctx)
     order = rollout_order(nodes, status.busy_nodes())
     results: list[RunResult] = []
     plan = batches(order, batch)
     for index, members in enumerate(plan, start=1):
         names = hostlist.compress(members)
         console.print(f"batch {index}/{len(plan)}: {names}", highlight=False)
-        request = RunRequest(
-            site=site,
+        request = RunRequest.of(
+            ctx,
             playbook="upgrade-drivers.yml",
             command=f"upgrade drivers {names}",
             limit=",".join(members),

@@ -14,8 +14,7 @@ from corectl import ansible
 from corectl.ansible import RunRequest
 from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.errors import CorectlError
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 from corectl.slurm import compute_names
 
 RESULT_TASK = "Run a validation round and wait for its jobs"  # playbooks/validate-nodes.yml
@@ -30,15 +29,15 @@ class Validated:
     message: str
 
 
-def validate_nodes(site: Site, console: Console, nodes: str | None, pairwise: bool = False) -> list[Validated]:
-    cluster, _ = render_site(site, check_only=False)
+def validate_nodes(ctx: Context, console: Console, nodes: str | None, pairwise: bool = False) -> list[Validated]:
+    site, cluster = ctx.site, ctx.rendered()
     if cluster.config.health.validation is None:
         why = "health.validation is not set (the validation QOS and program exist only with it)"
         raise CorectlError(f"{site.cluster_file}: {why}", exit_code=2)
-    names = compute_names(site, cluster, nodes) if nodes else []
+    names = compute_names(ctx, nodes) if nodes else []
     controller = cluster.with_role("slurm_controller")[0].name
-    request = RunRequest(
-        site=site,
+    request = RunRequest.of(
+        ctx,
         playbook="validate-nodes.yml",
         command="validate-nodes" + (" --pairwise" if pairwise else ""),
         limit=controller,

@@ -2,8 +2,10 @@
 
 ``inventories/<site>/.history.sqlite`` (Site.history_db) holds one row per node per health run
 (``verdicts``), one per remediation action (``actions``) and one per drain or down Slurm's
-accounting recorded (``drains``, copied from ``sacctmgr show event`` whenever corectl reads the
-Slurm state: whoever drained the node, Slurm's health program included). Times are UTC, ISO 8601 to the second
+accounting recorded (``drains``, copied from ``sacctmgr show event`` whenever heal reads the Slurm
+state: whoever drained the node, Slurm's health program included). A read (status, history, rma, report)
+writes nothing: it reads the file's rows into memory with Slurm's events of now added (``_reading``), so
+what it shows is the same, kept or not. Times are UTC, ISO 8601 to the second
 (``2026-11-22T09:12:44Z``), so that text order is time order. The file is in WAL mode with a busy
 timeout, so that concurrent commands append without losing rows; each write is one transaction.
 ``PRAGMA user_version`` is the schema version: an older file is migrated when opened, a newer one
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from corectl.errors import CorectlError
@@ -212,12 +215,38 @@ def _database(site: Site) -> Iterator[sqlite3.Connection]:
             conn.close()
 
 
-def _exists(site: Site) -> bool:
-    """Whether there is a history to read (reading never creates the file)."""
+def _copy_of_file(path: Path, into: sqlite3.Connection) -> None:
+    """The file's rows copied into ``into``, without writing beside the file: SQLite's read-only mode creates
+    the WAL's -shm and -wal files when no writer has them open and leaves them there, so the file is read
+    as immutable when it has no WAL (no writer), and read-only only while a writer holds one (read again
+    read-only when a writer started meanwhile)."""
+    wal = path.with_name(path.name + "-wal")
+    for immutable in (not wal.exists(), False):
+        source = sqlite3.connect(f"{path.as_uri()}?{'immutable=1' if immutable else 'mode=ro'}", uri=True)
+        try:
+            source.backup(into)
+        finally:
+            source.close()
+        if not (immutable and wal.exists()):
+            return
+
+
+@contextmanager
+def _reading(site: Site, slurm: Iterable[SlurmEvent] = ()) -> Iterator[sqlite3.Connection]:
+    """The history to read, in memory: the file's rows (none when there is no file) at the current schema,
+    plus ``slurm``, the drains and downs Slurm's accounting holds now (corectl.slurm.NodeEvent). Reading
+    never writes: not the file, not beside it (a read-only command leaves the site as it was)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
-        return site.history_db.is_file()
-    except OSError as exc:
+        if site.history_db.is_file():
+            _copy_of_file(site.history_db, conn)
+        _migrate(conn, str(site.history_db))
+        _insert_drains(conn, _slurm_drains(slurm))
+        yield conn
+    except (sqlite3.Error, OSError) as exc:
         raise HistoryUnavailable(f"{site.history_db}: {exc}") from None
+    finally:
+        conn.close()
 
 
 # --------------------------------------------------------------------------- writing
@@ -253,39 +282,50 @@ def record_verdicts(site: Site, reports: Mapping[str, Report], at: datetime, run
 SlurmEvent = tuple[str, int, "int | None", str, str, str]
 
 
-def record_slurm_events(site: Site, events: Iterable[SlurmEvent]) -> int:
-    """Slurm's drain and down events (corectl.slurm.NodeEvent, epoch seconds), each kept once (a
-    later copy updates its end and state); returns how many were new."""
-    drains = [
+def _slurm_drains(events: Iterable[SlurmEvent]) -> list[Drain]:
+    return [
         Drain(node, epoch_stamp(start), None if end is None else epoch_stamp(end), state, user, reason, failure)
         for node, start, end, state, user, reason in events
         for failure in [is_failure(reason, user)]
     ]
-    return record_drains(site, drains)
+
+
+def record_slurm_events(site: Site, events: Iterable[SlurmEvent]) -> int:
+    """Slurm's drain and down events (corectl.slurm.NodeEvent, epoch seconds), each kept once (a
+    later copy updates its end and state); returns how many were new."""
+    return record_drains(site, _slurm_drains(events))
 
 
 def keep_slurm_events(site: Site, events: Iterable[SlurmEvent], warn: Callable[[str], None]) -> None:
-    """record_slurm_events for a command that read the Slurm state anyway; a history that cannot be
-    written: ``warn``."""
+    """record_slurm_events for a changing command that read the Slurm state anyway (heal); a history that
+    cannot be written: ``warn``."""
     try:
         record_slurm_events(site, events)
     except HistoryUnavailable as exc:
         warn(f"warning: Slurm's drains not kept in the history: {exc}")
 
 
-def record_drains(site: Site, drains: Iterable[Drain]) -> int:
+def _insert_drains(conn: sqlite3.Connection, drains: Iterable[Drain]) -> int:
     """Drains, each kept once (a later copy updates its end and state); returns how many were new."""
     rows = [(d.node, d.at, d.until, d.state, d.user, d.reason, 1 if d.failure else 0) for d in drains]
     if not rows:
         return 0
+    known = conn.execute("SELECT COUNT(*) FROM drains").fetchone()[0]
+    conn.executemany(
+        "INSERT INTO drains (node, at, until, state, user, reason, failure) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (node, at, reason) DO UPDATE SET until = excluded.until, state = excluded.state",
+        rows,
+    )
+    return int(conn.execute("SELECT COUNT(*) FROM drains").fetchone()[0]) - int(known)
+
+
+def record_drains(site: Site, drains: Iterable[Drain]) -> int:
+    """Drains, each kept once (a later copy updates its end and state); returns how many were new."""
+    drains = list(drains)
+    if not drains:
+        return 0
     with _database(site) as conn, _transaction(conn):
-        known = conn.execute("SELECT COUNT(*) FROM drains").fetchone()[0]
-        conn.executemany(
-            "INSERT INTO drains (node, at, until, state, user, reason, failure) VALUES (?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (node, at, reason) DO UPDATE SET until = excluded.until, state = excluded.state",
-            rows,
-        )
-        return int(conn.execute("SELECT COUNT(*) FROM drains").fetchone()[0]) - int(known)
+        return _insert_drains(conn, drains)
 
 
 def record_action(site: Site, node: str, action: str, outcome: str, detail: str, at: datetime) -> None:
@@ -320,12 +360,11 @@ def _drain(row: tuple[Any, ...]) -> Drain:
     return Drain(node=node, at=at, until=until, state=state, user=user, reason=reason, failure=bool(failure))
 
 
-def node_history(site: Site, node: str, limit: int = 20) -> list[Entry]:
-    """The node's newest ``limit`` verdicts, actions and drains together, newest first."""
-    if not _exists(site):
-        return []
+def node_history(site: Site, node: str, limit: int = 20, slurm: Iterable[SlurmEvent] = ()) -> list[Entry]:
+    """The node's newest ``limit`` verdicts, actions and drains together (``slurm``: Slurm's drains now, as
+    well as the kept ones), newest first."""
     order = "ORDER BY at DESC, id DESC LIMIT ?"
-    with _database(site) as conn:
+    with _reading(site, slurm) as conn:
         verdicts = [_verdict(r) for r in conn.execute(f"{_VERDICT} WHERE node = ? {order}", (node, limit))]
         actions = [_action(r) for r in conn.execute(f"{_ACTION} WHERE node = ? {order}", (node, limit))]
         drains = [_drain(r) for r in conn.execute(f"{_DRAIN} WHERE node = ? {order}", (node, limit))]
@@ -335,10 +374,8 @@ def node_history(site: Site, node: str, limit: int = 20) -> list[Entry]:
 def last_action(site: Site, node: str, action: str, outcome: str, detail_prefix: str = "") -> Action | None:
     """The node's newest ``action`` that ended with ``outcome`` and whose detail starts with
     ``detail_prefix`` (None: never)."""
-    if not _exists(site):
-        return None
     escaped = detail_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    with _database(site) as conn:
+    with _reading(site) as conn:
         row = conn.execute(
             f"{_ACTION} WHERE node = ? AND action = ? AND outcome = ? AND detail LIKE ? ESCAPE '\\'"
             " ORDER BY at DESC, id DESC LIMIT 1",
@@ -360,36 +397,41 @@ def _window_evidence(conn: sqlite3.Connection, since: str, until: str) -> dict[s
     return found
 
 
-def window_evidence(site: Site, since: str, until: str) -> dict[str, tuple[list[Verdict], list[Drain]]]:
+def window_evidence(
+    site: Site, since: str, until: str, slurm: Iterable[SlurmEvent] = ()
+) -> dict[str, tuple[list[Verdict], list[Drain]]]:
     """Per node: its failing verdicts from ``since`` to ``until`` and its failure drains that
-    overlap that time, newest first (nothing when there is no history)."""
-    if not _exists(site):
-        return {}
-    with _database(site) as conn:
+    overlap that time (``slurm``: Slurm's drains now, as well as the kept ones), newest first."""
+    with _reading(site, slurm) as conn:
         return _window_evidence(conn, since, until)
 
 
-def repeat_offenders(site: Site, failures: int, days: int, now: datetime) -> Offenders:
-    """Nodes with at least ``failures`` failures in the ``days`` days up to ``now``: failing health
-    runs and failure drains, each failure once (failure_count)."""
+def _offenders(conn: sqlite3.Connection, failures: int, days: int, now: datetime) -> Offenders:
     since, until = window(days, now)
-    counts: dict[str, int] = {}
-    if _exists(site):
-        with _database(site) as conn:
-            evidence = _window_evidence(conn, since, until)
-        counts = {node: failure_count(verdicts, drains) for node, (verdicts, drains) in evidence.items()}
-        counts = {node: n for node, n in sorted(counts.items(), key=lambda i: (-i[1], i[0])) if n >= failures}
+    evidence = _window_evidence(conn, since, until)
+    counts = {node: failure_count(verdicts, drains) for node, (verdicts, drains) in evidence.items()}
+    counts = {node: n for node, n in sorted(counts.items(), key=lambda i: (-i[1], i[0])) if n >= failures}
     return Offenders(failures=failures, days=days, since=since, until=until, counts=counts)
 
 
-def rma_report(site: Site, failures: int, days: int, now: datetime) -> tuple[Offenders, list[RmaCase]]:
+def repeat_offenders(
+    site: Site, failures: int, days: int, now: datetime, slurm: Iterable[SlurmEvent] = ()
+) -> Offenders:
+    """Nodes with at least ``failures`` failures in the ``days`` days up to ``now``: failing health
+    runs and failure drains (``slurm``: Slurm's drains now, as well as the kept ones), each failure once
+    (failure_count)."""
+    with _reading(site, slurm) as conn:
+        return _offenders(conn, failures, days, now)
+
+
+def rma_report(
+    site: Site, failures: int, days: int, now: datetime, slurm: Iterable[SlurmEvent] = ()
+) -> tuple[Offenders, list[RmaCase]]:
     """The repeat offenders, and for each its failing verdicts, failure drains and actions in the window."""
-    offenders = repeat_offenders(site, failures, days, now)
-    if not offenders.counts:
-        return offenders, []
     span = "node = ? AND at BETWEEN ? AND ? ORDER BY at DESC, id DESC"
     cases = []
-    with _database(site) as conn:
+    with _reading(site, slurm) as conn:
+        offenders = _offenders(conn, failures, days, now)
         evidence = _window_evidence(conn, offenders.since, offenders.until)
         for node, count in offenders.counts.items():
             verdicts, drains = evidence[node]
@@ -417,11 +459,13 @@ def thresholds(site: Site, count: int | None = None, days: int | None = None) ->
     )
 
 
-def site_offenders(site: Site, now: datetime, warn: Callable[[str], None]) -> Offenders | None:
+def site_offenders(
+    site: Site, now: datetime, warn: Callable[[str], None], slurm: Iterable[SlurmEvent] = ()
+) -> Offenders | None:
     """The repeat offenders by the site's rule; a history that cannot be read: ``warn``, and None."""
     count, days = thresholds(site)
     try:
-        return repeat_offenders(site, count, days, now)
+        return repeat_offenders(site, count, days, now, slurm)
     except HistoryUnavailable as exc:
         warn(f"warning: repeat offenders not shown: {exc}")
         return None

@@ -23,7 +23,7 @@ from corectl.errors import CorectlError
 from corectl.files import write_if_changed
 from corectl.health import failures
 from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 from corectl.words import counted
 
 # The checker's order (roles/node_health/files/corectl-health-check): most specific first.
@@ -256,7 +256,7 @@ def render_report(reports: dict[str, Report], wide: bool = False) -> Group:
 
 
 def health(
-    site: Site,
+    ctx: Context,
     console: Console,
     *,
     limit: str | None = None,
@@ -265,7 +265,7 @@ def health(
 ) -> HealthResult:
     """Validate the site, run playbooks/health.yml, collect every compute node's report. ``validation``: the
     checks that take every GPU as well (nccl), for nodes no job can land on (drained, and idle)."""
-    cluster, _ = render_site(site, check_only=False)
+    site, cluster = ctx.site, ctx.rendered()
     if not any("compute" in node.roles for node in cluster.nodes):
         raise CorectlError(f"site {site.name} has no compute nodes", exit_code=2)
     if level is not None and level not in (0, 1, 2, 3):
@@ -273,8 +273,8 @@ def health(
     extravars: dict[str, object] = {} if level is None else {"corectl_health_level": level}
     if validation:
         extravars["corectl_health_validation"] = True
-    request = RunRequest(
-        site=site,
+    request = RunRequest.of(
+        ctx,
         playbook="health.yml",
         command="health" + (f" --level {level}" if level is not None else "") + (" --validation" if validation else ""),
         limit=limit or "compute",  # the play's hosts: a fanned-out run then has no shard of service nodes

@@ -22,8 +22,7 @@ from corectl.health.usage import (
     step_for,
     usage,
 )
-from corectl.site import Site
-from corectl.site.inventory import render_site
+from corectl.site.context import Context
 
 SACCT_TASK = "Read the accounting of the period"  # playbooks/report.yml
 PROMETHEUS_TASK = "Read the utilisation series"
@@ -73,10 +72,10 @@ def utilisation_from(host: str, read: TaskResults) -> tuple[Utilisation | None, 
         return None, f"utilisation not read: Prometheus on {host}: {exc}"
 
 
-def read_usage(site: Site, since: datetime, until: datetime) -> UsageRead:
+def read_usage(ctx: Context, since: datetime, until: datetime) -> UsageRead:
     """The period's usage and utilisation as the head answers; what it cannot read is said, not raised."""
     try:
-        cluster, _ = render_site(site, check_only=False)
+        cluster = ctx.rendered()
     except CorectlError as exc:
         return UsageRead(None, None, f"usage not read: {exc}", f"utilisation not read: {exc}")
     controller = cluster.with_role("slurm_controller")[0].name
@@ -88,8 +87,8 @@ def read_usage(site: Site, since: datetime, until: datetime) -> UsageRead:
         return UsageRead(None, None, no_usage, no_series)
     sacct = TaskResults(SACCT_TASK, lambda _event: None)
     prometheus = TaskResults(PROMETHEUS_TASK, sacct)
-    request = RunRequest(
-        site=site, playbook="report.yml", command="report", limit=",".join(dict.fromkeys(accounting + monitoring)),
+    request = RunRequest.of(
+        ctx, playbook="report.yml", command="report", limit=",".join(dict.fromkeys(accounting + monitoring)),
         extravars=extravars(since, until), secrets=False, fan_out=False,
     )  # fmt: skip
     try:
