@@ -4,8 +4,10 @@ corectl asks sinfo for ``SINFO_FORMAT`` (``%N|%t|%E``: the node, its compact sta
 Slurm release it runs (22.05 on Debian 12, 24.11 on Debian 13 print it alike): the compact state is a base
 (``idle``, ``alloc``, ``mix``, ``drain`` for drained, ``drng`` for draining, ``down``, ...) followed by
 flag characters (``*`` not responding, ``~`` powered off, ``#`` powering up, ...), and sinfo prints
-``none`` for no reason. ``scontrol show node``'s long form (``State=IDLE+DRAIN+NOT_RESPONDING``) is read
-by ``unavailable`` only.
+``none`` for no reason. A drained node that is down shows as ``drain`` (Slurm's compact state tests the drain
+flag before the base state), one in a maintenance reservation as ``maint`` (tested before the drain flag: read as
+not drained). ``scontrol show node``'s long form (``State=IDLE+DRAIN+NOT_RESPONDING``) is read by
+``unavailable`` only.
 
 This file is also shipped to the nodes (role slurm installs roles/slurm/files/corectl_node_state.py, a
 link to it, for the metrics reader): the standard library only, Python 3.11.

@@ -1,6 +1,7 @@
-"""corectl.fleet.slurm_node_state (playbooks/node-state.yml's drain and resume) as Ansible runs it: the
-module and the two modules it shares with corectl (module_utils links to corectl.node_state and
-corectl.drain_reason) bundled by Ansible, against a sinfo and an scontrol that keep the nodes in a file."""
+"""corectl.fleet.slurm_node_state (playbooks/node-state.yml's drain and resume) and slurm_node_info (burn-in.yml's
+read) as Ansible runs them: the modules and the two modules they share with corectl (module_utils links to
+corectl.node_state and corectl.drain_reason) bundled by Ansible, against a sinfo and an scontrol that keep the
+nodes in a file."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ open(path, "w").write("".join("|".join(r) + "\\n" for r in rows))
 """
 
 
-def module(tmp_path: Path, rows: list[str], *, check: bool = False, **args: object) -> dict:
+def module(
+    tmp_path: Path, rows: list[str], *, check: bool = False, module_name: str = "slurm_node_state", **args: object
+) -> dict:
     """One run of the module on localhost over the nodes' file; its result."""
     tools = tmp_path / "bin"
     if not tools.is_dir():
@@ -55,7 +58,7 @@ def module(tmp_path: Path, rows: list[str], *, check: bool = False, **args: obje
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
     }
     argv = [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,"]
-    argv += ["-m", "corectl.fleet.slurm_node_state", "-a", json.dumps(args), *(["--check"] if check else [])]
+    argv += ["-m", f"corectl.fleet.{module_name}", "-a", json.dumps(args), *(["--check"] if check else [])]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
     assert done.stdout, done.stderr
     return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
@@ -101,3 +104,24 @@ def test_drain_resume_and_only_source_through_ansible(tmp_path: Path):
 
     refused = module(tmp_path, [], nodes="dgx01", state="drain")
     assert refused["failed"] and "reason" in refused["msg"]
+
+
+def test_the_info_module_reads_states_reasons_and_drains_through_ansible(tmp_path: Path):
+    """corectl.fleet.slurm_node_info (burn-in.yml's read of a node): drained means drained or draining, down or
+    not; sinfo's "none" is no reason; nothing is updated, in check mode or not."""
+    nodes = [
+        "dgx01|idle|none",
+        "dgx02|drng|corectl-health: xid: Xid 79",
+        "dgx03|drain*|x",
+        "dgx04|down*|Not responding",
+    ]
+    for check in (False, True):
+        read = module(tmp_path, nodes, module_name="slurm_node_info", check=check, nodes="dgx01,dgx02,dgx03,dgx04")
+        assert not read["changed"]
+        assert read["nodes"] == {
+            "dgx01": {"state": "idle", "reason": "", "drained": False},
+            "dgx02": {"state": "drng", "reason": "corectl-health: xid: Xid 79", "drained": True},
+            "dgx03": {"state": "drain*", "reason": "x", "drained": True},
+            "dgx04": {"state": "down*", "reason": "Not responding", "drained": False},
+        }
+    assert not (tmp_path / "nodes.log").exists()  # no scontrol update

@@ -70,7 +70,8 @@ drained:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.corectl.fleet.plugins.module_utils.drain_reason import source_of
-from ansible_collections.corectl.fleet.plugins.module_utils.node_state import SINFO_ARGV, NodeState, parse_sinfo
+from ansible_collections.corectl.fleet.plugins.module_utils.node_state import NodeState
+from ansible_collections.corectl.fleet.plugins.module_utils.sinfo import read_states
 
 SCONTROL = "scontrol"
 NO_LONGER_DRAINED = "Invalid node state specified"
@@ -93,13 +94,6 @@ def to_update(
     )
 
 
-def read(module: AnsibleModule, nodes: str) -> dict[str, NodeState]:
-    rc, out, err = module.run_command([*SINFO_ARGV, f"--nodes={nodes}"])
-    if rc != 0:
-        module.fail_json(msg=f"sinfo failed: {err.strip() or out.strip()}", rc=rc)
-    return parse_sinfo(out.splitlines())
-
-
 def shown(states: dict[str, NodeState]) -> dict[str, dict[str, str]]:
     return {node: {"state": now.state, "reason": now.reason} for node, now in sorted(states.items())}
 
@@ -118,7 +112,7 @@ def main() -> None:
     )
     nodes, state = module.params["nodes"], module.params["state"]
     reason = (module.params["reason"] or "").strip()
-    before = read(module, nodes)
+    before = read_states(module, nodes)
     # sinfo knows none of the nodes: the drain is Slurm's to refuse, by name
     asked = (before, state, reason, module.params["only_source"], module.params["keep_drained"])
     updated = to_update(*asked) if before or state == "resume" else [nodes]
@@ -130,7 +124,7 @@ def main() -> None:
         rc, out, err = module.run_command(argv)
         if rc != 0 and not (state == "resume" and NO_LONGER_DRAINED in err):
             module.fail_json(msg=f"scontrol update failed: {err.strip() or out.strip()}", rc=rc, updated=updated)
-    after = before if module.check_mode else read(module, nodes)
+    after = before if module.check_mode else read_states(module, nodes)
     module.exit_json(
         changed=bool(updated),
         before=shown(before),
