@@ -15,10 +15,12 @@ with CONSTRUCTED in their name are not real output (no capture was found): SOURC
 from __future__ import annotations
 
 import datetime
+import importlib
 import importlib.machinery
 import importlib.util
 import json
 import os
+import pkgutil
 import re
 import socket
 import subprocess
@@ -46,7 +48,23 @@ def load_script(name: str, path: Path) -> ModuleType:
     return module
 
 
-hc = load_script("corectl_health_check", CHECKER)
+def shipped_checker() -> ModuleType:
+    """The checker the role ships (a zipapp of roles/node_health/files/health_check), imported from the shipped file
+    itself; its modules' names together, as the tests below name them (hc.check_xid, hc.CheckFailed)."""
+    sys.path.insert(0, str(CHECKER))
+    try:
+        package = importlib.import_module("health_check")
+        assert Path(package.__file__).is_relative_to(CHECKER), package.__file__  # the zipapp's, not the source
+        names = ModuleType("corectl_health_check")
+        for found in pkgutil.iter_modules(package.__path__, "health_check."):
+            if not found.name.endswith("__main__"):
+                names.__dict__.update(vars(importlib.import_module(found.name)))
+        return names
+    finally:
+        sys.path.remove(str(CHECKER))
+
+
+hc = shipped_checker()
 
 
 def sample(name: str) -> str:

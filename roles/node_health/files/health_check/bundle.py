@@ -1,6 +1,7 @@
-"""Writes the one file the role ships, ../corectl-health-check, from this package's modules:
-the program's docstring (__main__.py), the standard-library imports of every module merged, then
-each module's code in ORDER (a check's helpers before the registry that names it).
+"""Writes the one file the role ships, ../corectl-health-check: a zipapp (PEP 441: a ``#!/usr/bin/python3`` line
+and a zip archive that Python runs) holding this package as it is, modules by domain, and an entry point that
+runs it. The archive is the same bytes on every machine (entries sorted, stored uncompressed, every time and
+mode fixed), so the committed file can be checked against the package.
 
     python3 roles/node_health/files/health_check/bundle.py          write it
     python3 roles/node_health/files/health_check/bundle.py --check  exit 1 when it is stale
@@ -8,70 +9,59 @@ each module's code in ORDER (a check's helpers before the registry that names it
 
 from __future__ import annotations
 
-import ast
+import io
 import sys
+import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TARGET = HERE.parent / "corectl-health-check"
-ORDER = (
-    "core", "sticky", "gpu", "fabric", "nvlink", "xid", "memory",
-    "network", "storage", "services", "diagnostics", "nccl", "perftest", "checks",
-)  # fmt: skip
-MAIN = 'if __name__ == "__main__":\n    signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n    sys.exit(main())\n'
+SHEBANG = b"#!/usr/bin/python3\n"
+ENTRY = '''"""corectl-health-check: roles/node_health/files/health_check/ as a zipapp (its bundle.py builds it)."""
+
+import signal
+import sys
+
+from health_check.checks import main
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+sys.exit(main())
+'''
+LEFT_OUT = {"bundle.py"}  # this builder; the package's own __main__.py (python3 -m health_check) is kept
+STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 
 
-def split(path: Path) -> tuple[str, list[ast.stmt], str]:
-    """A module's docstring, its top-level imports, and its code after them."""
-    text = path.read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-    last = max(node.end_lineno or node.lineno for node in imports)
-    code = "\n".join(text.splitlines()[last:]).strip("\n")
-    return ast.get_docstring(tree) or "", imports, code
+def entry(name: str, data: bytes) -> tuple[zipfile.ZipInfo, bytes]:
+    info = zipfile.ZipInfo(name, date_time=STAMP)
+    info.external_attr = 0o644 << 16
+    info.create_system = 3  # unix, whatever machine builds it
+    return info, data
 
 
-def merged_imports(imports: list[ast.stmt]) -> list[str]:
-    """The standard-library imports, sorted as ruff's isort does (plain imports, then from-imports)."""
-    plain: set[str] = set()
-    names: dict[str, set[str]] = {}
-    for node in imports:
-        if isinstance(node, ast.Import):
-            plain.update(alias.name for alias in node.names)
-        elif node.level == 0 and node.module != "__future__":
-            names.setdefault(node.module or "", set()).update(alias.name for alias in node.names)
-    lines = [f"import {name}" for name in sorted(plain)]
-    lines += [f"from {module} import {', '.join(sorted(found))}" for module, found in sorted(names.items())]
-    return lines
-
-
-def bundle() -> str:
-    program_doc = ast.get_docstring(ast.parse((HERE / "__main__.py").read_text(encoding="utf-8"))) or ""
-    imports: list[ast.stmt] = []
-    parts = []
-    for name in ORDER:
-        _doc, found, code = split(HERE / f"{name}.py")
-        imports += found
-        parts.append(f"# {'-' * 75} {name}.py\n\n\n{code}")
-    head = (
-        "#!/usr/bin/python3\n"
-        f'"""{program_doc}\n\n'
-        "Generated from roles/node_health/files/health_check/ by its bundle.py: edit the modules there.\n"
-        '"""\n\n'
-        "from __future__ import annotations\n\n"
-    )
-    return head + "\n".join(merged_imports(imports)) + "\n\n" + "\n\n\n".join(parts) + "\n\n\n" + MAIN
+def archive() -> bytes:
+    files = [entry("__main__.py", ENTRY.encode())]
+    files += [
+        entry(f"{HERE.name}/{path.name}", path.read_bytes())
+        for path in sorted(HERE.glob("*.py"))
+        if path.name not in LEFT_OUT
+    ]
+    buffer = io.BytesIO()
+    buffer.write(SHEBANG)
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as zipped:
+        for info, data in files:
+            zipped.writestr(info, data)
+    return buffer.getvalue()
 
 
 def main(argv: list[str]) -> int:
-    text = bundle()
+    data = archive()
     if "--check" in argv:
-        current = TARGET.read_text(encoding="utf-8") if TARGET.is_file() else ""
-        if current != text:
+        current = TARGET.read_bytes() if TARGET.is_file() else b""
+        if current != data:
             print(f"{TARGET}: stale; run python3 {Path(__file__)}", file=sys.stderr)
             return 1
         return 0
-    TARGET.write_text(text, encoding="utf-8")
+    TARGET.write_bytes(data)
     TARGET.chmod(0o755)
     return 0
 
