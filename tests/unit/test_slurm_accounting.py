@@ -1,4 +1,4 @@
-"""corectl.fleet.slurm_accounting's pure logic: reading sacctmgr's and squeue's output, the
+"""corectl.fleet.slurm_accounting's pure logic: reading sacctmgr's and squeue's output (module_utils/sacctmgr.py), the
 difference between what is there and what cluster.yml declares, the commands it becomes, what is
 kept while it has jobs; and a second run after applying the first finds nothing to do."""
 
@@ -12,6 +12,9 @@ import sys
 import pytest
 
 from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "collections"))  # the module's own module_utils, as Ansible ships them with it
+from ansible_collections.corectl.fleet.plugins.module_utils import sacctmgr as acct
 
 MODULE = ROOT / "collections/ansible_collections/corectl/fleet/plugins/modules/slurm_accounting.py"
 spec = importlib.util.spec_from_file_location("corectl_slurm_accounting", MODULE)
@@ -45,12 +48,12 @@ USERS = [
 ]
 
 
-def fresh() -> sa.State:
-    return sa.parse_state(FRESH["qos"], FRESH["assoc"], FRESH["user"], FRESH["account"])
+def fresh() -> acct.State:
+    return acct.parse_state(FRESH["qos"], FRESH["assoc"], FRESH["user"], FRESH["account"])
 
 
-def wanted(qos: list | None = None, accounts: list | None = None, users: list | None = None) -> sa.State:
-    return sa.wanted_state(QOS if qos is None else qos, ACCOUNTS if accounts is None else accounts,
+def wanted(qos: list | None = None, accounts: list | None = None, users: list | None = None) -> acct.State:
+    return acct.wanted_state(QOS if qos is None else qos, ACCOUNTS if accounts is None else accounts,
                            USERS if users is None else users)  # fmt: skip
 
 
@@ -87,7 +90,7 @@ def _apply_common(record: object, options: dict[str, str]) -> None:
         elif key in ("grptres", "maxtrespu"):
             _set_tres(record.grp_tres if key == "grptres" else record.max_tres_per_user, value)
         elif key == "maxwall":
-            record.max_wall = None if value == "-1" else sa.parse_wall(value)
+            record.max_wall = None if value == "-1" else acct.parse_wall(value)
         elif key == "qos":
             record.qos = frozenset(filter(None, value.split(",")))
         elif key == "defaultqos":
@@ -102,7 +105,7 @@ def _apply_common(record: object, options: dict[str, str]) -> None:
             raise AssertionError(f"option the stand-in does not know: {key}")
 
 
-def sacctmgr(state: sa.State, argv: list[str]) -> None:
+def sacctmgr(state: acct.State, argv: list[str]) -> None:
     """What sacctmgr --immediate does to the database, as far as the module's commands go."""
     assert argv[:2] == ["sacctmgr", "--immediate"], argv
     verb, kind, rest = argv[2], argv[3], argv[4:]
@@ -110,21 +113,21 @@ def sacctmgr(state: sa.State, argv: list[str]) -> None:
         name, options = rest[0], _options(rest[1:])
         if kind == "qos":
             assert name not in state.qos
-            state.qos[name] = record = sa.Qos(name=name, description=name)
+            state.qos[name] = record = acct.Qos(name=name, description=name)
             _apply_common(record, options)
         elif kind == "account":
             assert options["cluster"] == CLUSTER and name not in state.accounts
             assert options.get("parent", "root") == "root" or options["parent"] in state.accounts, "parent first"
-            state.accounts[name] = record = sa.Account(name=name)
+            state.accounts[name] = record = acct.Account(name=name)
             _apply_common(record, options)
         else:
             account = options.pop("account")
             assert account in state.accounts, f"user {name} added to missing account {account}"
             user = state.users.get(name)
             if user is None:
-                user = state.users[name] = sa.User(name=name, default_account=options["defaultaccount"])
+                user = state.users[name] = acct.User(name=name, default_account=options["defaultaccount"])
                 user.admin_level = options.get("adminlevel", "None")
-            assoc = user.assocs[account] = sa.Assoc()
+            assoc = user.assocs[account] = acct.Assoc()
             if "grptres" in options:
                 _set_tres(assoc.grp_tres, options["grptres"])
         return
@@ -162,8 +165,8 @@ def sacctmgr(state: sa.State, argv: list[str]) -> None:
         state.users[name].assocs.clear()
 
 
-def converge(current: sa.State, want: sa.State, jobs: sa.Jobs | None = None) -> tuple[list, list]:
-    changes, kept = sa.plan(CLUSTER, current, want, sa.Jobs() if jobs is None else jobs)
+def converge(current: acct.State, want: acct.State, jobs: acct.Jobs | None = None) -> tuple[list, list]:
+    changes, kept = sa.plan(CLUSTER, current, want, acct.Jobs() if jobs is None else jobs)
     for change in changes:
         sacctmgr(current, change.argv)
     return changes, kept
@@ -173,12 +176,12 @@ def converge(current: sa.State, want: sa.State, jobs: sa.Jobs | None = None) -> 
 
 
 def test_tres_strings_as_sacctmgr_prints_them():
-    assert sa.parse_tres("cpu=4,mem=1G,gres/gpu=8") == {"cpu": 4, "mem": 1024, "gres/gpu": 8}
-    assert sa.parse_tres("mem=500M,node=2,billing=100") == {"mem": 500, "node": 2, "billing": 100}
-    assert sa.parse_tres("mem=1.5T") == {"mem": 1572864}
-    assert sa.parse_tres("") == {}
-    with pytest.raises(sa.Refused):
-        sa.parse_tres("gres/gpu")
+    assert acct.parse_tres("cpu=4,mem=1G,gres/gpu=8") == {"cpu": 4, "mem": 1024, "gres/gpu": 8}
+    assert acct.parse_tres("mem=500M,node=2,billing=100") == {"mem": 500, "node": 2, "billing": 100}
+    assert acct.parse_tres("mem=1.5T") == {"mem": 1572864}
+    assert acct.parse_tres("") == {}
+    with pytest.raises(acct.Refused):
+        acct.parse_tres("gres/gpu")
 
 
 @pytest.mark.parametrize(
@@ -198,11 +201,11 @@ def test_tres_strings_as_sacctmgr_prints_them():
     ],
 )
 def test_times_as_minutes(text, minutes):
-    assert sa.parse_wall(text) == minutes
+    assert acct.parse_wall(text) == minutes
 
 
 def test_state_from_sacctmgr_listings():
-    state = sa.parse_state(
+    state = acct.parse_state(
         "normal|0||cluster||||normal qos definition\nhigh|100|low,scavenger|requeue||gres/gpu=8|1-00:00:00|Has|pipe\n",
         "root||||1|||normal|\nroot|root|||1||||\nresearch|||root|10|gres/gpu=16||high,normal|normal\n"
         "vision|||research|5|cpu=64,gres/gpu=4|08:00:00||\nresearch|alice|||1|gres/gpu=2|||\n"
@@ -210,7 +213,7 @@ def test_state_from_sacctmgr_listings():
         "root|root|Administrator\nalice|research|None\ncarol||Operator\n",
         "research|research\nroot|default root account\nvision|vision\n",
     )
-    assert state.qos["high"] == sa.Qos(
+    assert state.qos["high"] == acct.Qos(
         name="high",
         description="Has|pipe",
         priority=100,
@@ -220,7 +223,7 @@ def test_state_from_sacctmgr_listings():
         max_wall=1440,
     )
     assert "root" not in state.accounts
-    assert state.accounts["research"] == sa.Account(
+    assert state.accounts["research"] == acct.Account(
         name="research",
         parent="root",
         fairshare=10,
@@ -231,18 +234,18 @@ def test_state_from_sacctmgr_listings():
     )
     assert state.accounts["vision"].grp_tres == {"cpu": 64, "gres/gpu": 4}
     assert state.accounts["vision"].max_wall == 480
-    assert state.users["alice"].assocs == {"research": sa.Assoc(grp_tres={"gres/gpu": 2})}
+    assert state.users["alice"].assocs == {"research": acct.Assoc(grp_tres={"gres/gpu": 2})}
     assert "bob" not in state.users  # a partition's association is not corectl's
     assert state.users["carol"].admin_level == "Operator" and state.users["carol"].assocs == {}
 
 
 def test_unreadable_listing_is_refused():
-    with pytest.raises(sa.Refused, match="9 fields expected"):
-        sa.parse_state("", "root|||1\n", "", "")
+    with pytest.raises(acct.Refused, match="9 fields expected"):
+        acct.parse_state("", "root|||1\n", "", "")
 
 
 def test_jobs_from_squeue():
-    jobs = sa.parse_jobs("research|alice|normal\nVision|carol|high\n\n")
+    jobs = acct.parse_jobs("research|alice|normal\nVision|carol|high\n\n")
     assert jobs.accounts == {"research", "vision"}
     assert jobs.assocs == {("research", "alice"), ("vision", "carol")}
     assert jobs.qos == {"normal", "high"}
@@ -252,7 +255,7 @@ def test_jobs_from_squeue():
 
 
 def test_fresh_database_gets_the_declared_tree_in_order():
-    changes, kept = sa.plan(CLUSTER, fresh(), wanted(), sa.Jobs())
+    changes, kept = sa.plan(CLUSTER, fresh(), wanted(), acct.Jobs())
     assert kept == []
     assert texts(changes) == [
         "qos high: add",
@@ -286,7 +289,7 @@ def test_second_run_after_the_first_changes_nothing():
     current = fresh()
     first, _ = converge(current, wanted())
     assert first
-    again, kept = sa.plan(CLUSTER, current, wanted(), sa.Jobs())
+    again, kept = sa.plan(CLUSTER, current, wanted(), acct.Jobs())
     assert (again, kept) == ([], [])
 
 
@@ -298,8 +301,8 @@ def test_per_user_limits_are_each_users_grptres_inherited_by_sub_accounts():
     users = [{"name": "alice", "default_account": "research", "accounts": ["research", "vision"]}]
     want = wanted(qos=[], accounts=accounts, users=users)
     assert want.users["alice"].assocs == {
-        "research": sa.Assoc(grp_tres={"gres/gpu": 8, "cpu": 64}),
-        "vision": sa.Assoc(grp_tres={"gres/gpu": 2, "cpu": 64}),
+        "research": acct.Assoc(grp_tres={"gres/gpu": 8, "cpu": 64}),
+        "vision": acct.Assoc(grp_tres={"gres/gpu": 2, "cpu": 64}),
     }
     current = fresh()
     converge(current, want)
@@ -405,7 +408,7 @@ def test_what_is_no_longer_declared_goes_children_first_and_root_and_normal_stay
 def test_items_with_jobs_are_kept_and_reported():
     current = fresh()
     converge(current, wanted())
-    jobs = sa.parse_jobs("vision|carol|high\nresearch|alice|normal\n")
+    jobs = acct.parse_jobs("vision|carol|high\nresearch|alice|normal\n")
     later = wanted(qos=[QOS[1]], accounts=[ACCOUNTS[2]], users=[{**USERS[1], "accounts": ["hpcadmin"]}])
     changes, kept = converge(current, later, jobs)
     assert changes == []
@@ -432,7 +435,7 @@ def test_items_with_jobs_are_kept_and_reported():
 def test_a_kept_user_keeps_its_parent_accounts():
     current = fresh()
     converge(current, wanted())
-    jobs = sa.parse_jobs("vision|carol|normal\n")
+    jobs = acct.parse_jobs("vision|carol|normal\n")
     users = [{**USERS[1], "accounts": ["hpcadmin"]}]
     changes, kept = sa.plan(CLUSTER, current, wanted(accounts=[ACCOUNTS[2]], users=users), jobs)
     assert kept == [
