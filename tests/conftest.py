@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pkgutil
 import shutil
 import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -31,6 +34,22 @@ CHECKER_TOOLS = {
     "nv-hostengine": "dcgm/nv_hostengine.py",
 }
 STANDIN_DRIVER = "580.95.05"  # the driver the simulated nodes of the host-side tests run
+
+
+def shipped(program: Path, package: str) -> ModuleType:
+    """A program the roles ship as a zipapp (tools/zipapps.py), imported from the shipped file itself: its
+    package's modules' names together, as the tests name them (``hc.check_xid``, ``backup.unpack``)."""
+    sys.path.insert(0, str(program))
+    try:
+        found = importlib.import_module(package)
+        assert Path(str(found.__file__)).is_relative_to(program), found.__file__  # the zipapp's, not the source
+        names = ModuleType(f"shipped_{package}")
+        for module in pkgutil.iter_modules(found.__path__, f"{package}."):
+            if not module.name.endswith("__main__"):
+                names.__dict__.update(vars(importlib.import_module(module.name)))
+        return names
+    finally:
+        sys.path.remove(str(program))
 
 
 def closed_port() -> int:

@@ -20,7 +20,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import pkgutil
 import re
 import socket
 import subprocess
@@ -34,7 +33,7 @@ from types import ModuleType
 import pytest
 
 # the stand-in tools and the checker, as the checker's own tests run them
-from conftest import CHECKER, ROOT, SAMPLES, STANDIN, xid_catalog
+from conftest import CHECKER, ROOT, SAMPLES, STANDIN, shipped, xid_catalog
 from conftest import CHECKER_TOOLS as TOOLS
 from conftest import STANDIN_DRIVER as DRIVER
 
@@ -48,23 +47,7 @@ def load_script(name: str, path: Path) -> ModuleType:
     return module
 
 
-def shipped_checker() -> ModuleType:
-    """The checker the role ships (a zipapp of roles/node_health/files/health_check), imported from the shipped file
-    itself; its modules' names together, as the tests below name them (hc.check_xid, hc.CheckFailed)."""
-    sys.path.insert(0, str(CHECKER))
-    try:
-        package = importlib.import_module("health_check")
-        assert Path(package.__file__).is_relative_to(CHECKER), package.__file__  # the zipapp's, not the source
-        names = ModuleType("corectl_health_check")
-        for found in pkgutil.iter_modules(package.__path__, "health_check."):
-            if not found.name.endswith("__main__"):
-                names.__dict__.update(vars(importlib.import_module(found.name)))
-        return names
-    finally:
-        sys.path.remove(str(CHECKER))
-
-
-hc = shipped_checker()
+hc = shipped(CHECKER, "health_check")
 
 
 def sample(name: str) -> str:

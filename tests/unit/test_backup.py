@@ -4,9 +4,8 @@ The lab's end-to-end test takes real backups of MariaDB and slurmctld's state.""
 
 from __future__ import annotations
 
+import ast
 import http.server
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, shipped
 
 PROGRAM = ROOT / "roles" / "backup" / "files" / "corectl-backup"
 DUMP = "-- MariaDB dump 10.19  Distrib 10.11.6-MariaDB, for debian-linux-gnu (x86_64)\n--\n-- Host: localhost\n"
@@ -152,15 +151,24 @@ def test_the_site_archive_keeps_secrets_encrypted_and_leaves_the_vault_password_
         assert db.execute("SELECT node FROM verdicts").fetchall() == [("dgx01",)]
 
 
-def test_the_program_loads_as_a_module():
-    """It is standard-library Python the head runs with its own python3: no import of corectl."""
-    loader = importlib.machinery.SourceFileLoader("corectl_backup", str(PROGRAM))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    assert "corectl" not in {name.split(".")[0] for name in sys.modules if name.startswith("corectl_backup")}
-    assert module.FORMAT == 1
+def test_the_program_is_standard_library_python():
+    """The head runs it with its own python3: its modules import the standard library and each other only."""
+    module = shipped(PROGRAM, "corectl_backup")
+    imported = {name.split(".")[0] for name in sys.modules if name.startswith("corectl")}
+    assert imported <= {"corectl_backup", "corectl"} and module.FORMAT == 1
+    for path in (ROOT / "roles" / "backup" / "files" / "corectl_backup").glob("*.py"):
+        tops = {
+            node.module.split(".")[0]
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+        }
+        tops |= {
+            alias.name.split(".")[0]
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        assert tops <= sys.stdlib_module_names | {"__future__"}, (path.name, tops - sys.stdlib_module_names)
 
 
 FAKE_MYSQL = """#!/usr/bin/env python3
@@ -223,11 +231,7 @@ def test_a_state_directory_that_cannot_be_renamed_is_moved_aside_by_copy(
     rename with EXDEV: what was there is still kept aside whole, and the backup's state takes its place."""
     import errno
 
-    loader = importlib.machinery.SourceFileLoader("corectl_backup_exdev", str(PROGRAM))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
+    module = shipped(PROGRAM, "corectl_backup")
     state = tmp_path / "slurmctld"
     (state / "hash.1").mkdir(parents=True)
     (state / "job_state").write_bytes(b"older")
@@ -547,11 +551,7 @@ def test_a_backup_host_that_refuses_leaves_nothing_behind(over_ssh: Path):
 def test_a_state_file_renamed_while_it_is_archived_is_left_out(head: Path, monkeypatch: pytest.MonkeyPatch):
     """slurmctld keeps running during a backup (on a second controller too): a file listed and then renamed away
     (its heartbeat.new, a job_state.new) is left out, the rest archived, and the backup taken."""
-    loader = importlib.machinery.SourceFileLoader("corectl_backup", str(PROGRAM))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
+    module = shipped(PROGRAM, "corectl_backup")
     (head / "slurmctld" / "heartbeat.new").write_bytes(b"beat")
     gettarinfo = module.tarfile.TarFile.gettarinfo
 

@@ -84,18 +84,6 @@ def test_the_settings_template_writes_every_setting(manifest: dict):
     assert {key: var for key, var in written.items() if key != var} == {}
 
 
-def test_the_shipped_checker_is_the_bundle_of_its_package():
-    """The role ships one file; its source is the package by domain (roles/node_health/files/health_check)."""
-    done = subprocess.run(
-        [sys.executable, str(ROLE / "files" / "health_check" / "bundle.py"), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-
-
 def test_cluster_yml_thresholds_are_whole_number_settings_of_the_checker(manifest: dict):
     names = set(typing.get_args(HealthThreshold))
     assert {name: manifest["settings"].get(name, {}).get("type") for name in names} == dict.fromkeys(names, "int")
