@@ -18,8 +18,8 @@ import pytest
 from conftest import ROOT
 from corectl.health.failures import thresholds
 from corectl.health.report import last_verdicts
-from corectl.health.stamps import stamp
 from corectl.site import resolve_site
+from corectl.store import stamp
 from e2e.lab import (
     CONSOLE,
     CORECTL,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, probe_project
-from corectl import secrets
+from corectl import secrets, store
 from corectl.ansible import runner
 from corectl.site import Site
 
@@ -179,7 +179,8 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
-    runs = tmp_path / ".runs"
+    site = Site(root=ROOT, directory=tmp_path)
+    runs = site.runs_dir
     dead_pid = 2**22 + 17  # above pid_max on most machines: no such process
     finished = [runs / f"202611{day:02d}T000000Z-{dead_pid}" for day in range(1, 6)]
     for run in finished:
@@ -190,8 +191,11 @@ def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
     in_progress.mkdir()
     crashed.mkdir()
     (runs / "not-a-run").mkdir()
-    removed = runner.prune_runs(runs, keep=3)
+    for run in finished:
+        store.add_run(site, run.name, {"command": "health", "started": run.name})
+    removed = runner.prune_runs(site, keep=3)
     assert sorted(removed) == sorted([crashed, *finished[:2]])
+    assert [r["id"] for r in store.runs(site)] == [r.name for r in finished[2:]]  # the index forgot them too
     assert sorted(p.name for p in runs.iterdir()) == sorted(
         [in_progress.name, "not-a-run", *(r.name for r in finished[2:])]
     )

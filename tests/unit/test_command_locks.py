@@ -6,6 +6,7 @@ every command declared as reading leaves the site byte-identical."""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -129,8 +130,9 @@ class FakeBmc:
 
 
 def lived_site(directory: Path) -> None:
-    """What a site that has run holds: its inventory, host keys, a health verdict, the failure history, a run
-    record."""
+    """What a site that has run holds: its inventory, host keys, its store (a verdict, a run in the index), a
+    run's folder."""
+    from corectl import store
     from corectl.health import failures
     from corectl.site import render
     from corectl.site.loader import load_cluster
@@ -139,13 +141,12 @@ def lived_site(directory: Path) -> None:
     site = Site(root=directory.parents[1], directory=directory)
     report = {"node": "dgx01", "ok": False, "checks": [{"name": "xid", "status": "fail", "message": "Xid 79"}]}
     failures.record_verdicts(site, {"dgx01": report}, datetime.now(UTC), "20261201T000000-1")
-    (directory / ".health.json").write_text(
-        '{"dgx01": {"at": "2026-12-01 00:00:00Z", "ok": false, "failed": ["xid"]}}\n'
-    )
     (directory / "known_hosts").write_text("10.10.1.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDk0\n")
     run = directory / ".runs" / "20261201T000000-1"
     run.mkdir(parents=True)
-    (run / "corectl.json").write_text('{"command": "health", "status": "successful", "hosts": {}, "started": "x"}\n')
+    record = {"command": "health", "status": "successful", "hosts": {}, "started": "2026-12-01T00:00:00+00:00"}
+    (run / "corectl.json").write_text(json.dumps(record))
+    store.add_run(site, run.name, record)
 
 
 def test_every_read_only_command_is_listed():

@@ -20,6 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import ROOT
+from corectl import store
 from corectl.ansible.events import HostStats, RunRequest, RunResult
 from corectl.cli import app
 from corectl.commands import failures as failures_cmd
@@ -122,35 +123,36 @@ def test_the_schema_has_a_version_and_the_file_is_in_wal_mode(site: Site):
     assert failures.node_history(site, "dgx01", 5) == []
     assert not site.history_db.exists()  # reading never creates the file
     failures.record_verdicts(site, {"dgx01": report("dgx01")}, NOW)
-    assert failures.SCHEMA_VERSION == 2
-    assert rows(site, "PRAGMA user_version") == [(failures.SCHEMA_VERSION,)]
+    assert store.SCHEMA_VERSION == 3
+    assert rows(site, "PRAGMA user_version") == [(store.SCHEMA_VERSION,)]
     assert rows(site, "PRAGMA journal_mode") == [("wal",)]
     tables = {name for (name,) in rows(site, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables == {"verdicts", "actions", "drains"}
+    assert tables == {"verdicts", "actions", "drains", "runs", "marks"}
 
 
 def test_a_file_from_a_newer_corectl_is_refused_in_one_line(site: Site):
     with sqlite3.connect(site.history_db) as conn:
         conn.execute("PRAGMA user_version = 99")
-    with pytest.raises(failures.HistoryUnavailable) as caught:
+    with pytest.raises(failures.StoreUnavailable) as caught:
         failures.record_verdicts(site, {"dgx01": report("dgx01")}, NOW)
     assert "schema version 99 is newer" in str(caught.value)
     assert "\n" not in str(caught.value)
-    with pytest.raises(failures.HistoryUnavailable):
+    with pytest.raises(failures.StoreUnavailable):
         failures.repeat_offenders(site, 3, 7, NOW)
 
 
 def test_an_older_file_is_migrated_when_opened(site: Site):
     sqlite3.connect(site.history_db).close()  # an empty file: schema version 0
     fail_at(site, "dgx07", NOW, "r1")
-    assert rows(site, "PRAGMA user_version") == [(2,)]
+    assert rows(site, "PRAGMA user_version") == [(3,)]
     assert failures.repeat_offenders(site, 1, 7, NOW).counts == {"dgx07": 1}
     # a file of version 1 (verdicts and actions) gains the drains and keeps its rows
     with sqlite3.connect(site.history_db) as conn:
-        conn.execute("DROP TABLE drains")
+        for table in ("drains", "runs", "marks"):
+            conn.execute(f"DROP TABLE {table}")
         conn.execute("PRAGMA user_version = 1")
     assert failures.record_slurm_events(site, [NodeEvent("dgx07", 1795600000, None, "DRAIN", "root(0)", "x")]) == 1
-    assert rows(site, "PRAGMA user_version") == [(2,)]
+    assert rows(site, "PRAGMA user_version") == [(3,)]
     assert rows(site, "SELECT COUNT(*) FROM verdicts") == [(1,)]
 
 
@@ -381,7 +383,7 @@ def test_an_unwritable_history_is_a_warning_not_a_crash(site: Site, obstacle: st
     assert len(said) == 1, said
     assert said[0].startswith(f"warning: failure history not recorded: {site.history_db}: ")
     assert "\n" not in said[0]
-    assert json.loads(site.health_file.read_text())["dgx07"]["failed"] == ["xid"]  # status still knows
+    assert not (site.directory / ".health.json").exists()  # one store: no second place for the verdict
 
 
 # --------------------------------------------------------------------------- concurrent writers

@@ -250,7 +250,7 @@ def test_the_site_has_run_before_after_its_provisions_records_are_pruned(tmp_pat
     out. That the site has run before must outlive it, or a replaced head would start slurmctld on an empty
     state directory and lose the queue (the lab's second e2e lab found it: its heal test's runs pruned the record
     of the only provision before the head was replaced)."""
-    from corectl.ansible.events import SITE_HAS_RUN
+    from corectl import store
     from corectl.ansible.records import site_has_run
     from corectl.ansible.runner import KEEP_RUNS, prune_runs
 
@@ -265,12 +265,13 @@ def test_the_site_has_run_before_after_its_provisions_records_are_pruned(tmp_pat
 
     finished(0, "site.yml", "failed")
     finished(1, "site.yml", check=True)  # a plan
-    assert not site_has_run(site) and not (site.runs_dir / SITE_HAS_RUN).exists()
+    assert not site_has_run(site) and store.marked(site, store.HAS_RUN) is None
     provision = finished(2, "site.yml")
     assert site_has_run(site)
     for second in range(3, 3 + KEEP_RUNS):
         finished(second, "health.yml")
-    assert provision in prune_runs(site.runs_dir)
+    assert provision in prune_runs(site)
     assert not any(r["playbook"] == "site.yml" and r["status"] == "successful" for r in load_runs(site))
+    assert provision.name not in {r["id"] for r in load_runs(site)}  # the index holds the kept runs
     assert site_has_run(site)
-    assert (site.runs_dir / SITE_HAS_RUN).read_text().split()[1] == provision.name
+    assert store.marked(site, store.HAS_RUN) == ("2026-11-27T05:00:02Z", provision.name)

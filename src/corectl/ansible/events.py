@@ -17,10 +17,6 @@ from corectl.site import Site
 if TYPE_CHECKING:
     from corectl.site.context import Context
 
-# A successful run of site.yml leaves this mark in .runs/, beside the run folders (which prune_runs removes
-# but for the newest): that the site has run before outlives the records of its provisions
-# (records.site_has_run; a replaced head's slurmctld waits for its saved state then).
-SITE_HAS_RUN = "site-has-run"
 EventSink = Callable[[dict[str, Any]], None]
 SHARD_KEY = "corectl_shard"  # added to the events of a fanned-out run: the shard they came from
 

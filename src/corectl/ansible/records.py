@@ -1,7 +1,7 @@
-"""Run records: what each run leaves in the site's .runs/<id>/corectl.json (written by
-corectl.ansible.runner), read back for `corectl runs`, for the expected length of the next
-like run (LiveProgress), and for whether the site has run before (a replaced head's slurmctld waits for its
-saved state)."""
+"""Run records read back from the site's store (corectl.store: the index corectl.ansible.runner adds each run's
+record to; the run's folder under .runs/ keeps its artifacts until prune_runs removes it): for `corectl runs`,
+for the expected length of the next like run (LiveProgress), and for whether the site has run before (a
+replaced head's slurmctld waits for its saved state)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from corectl.ansible.events import SITE_HAS_RUN, converged_the_site
+from corectl import store
+from corectl.ansible.events import converged_the_site
 from corectl.ansible.progress import Expected
 from corectl.site import Site
 
@@ -24,12 +25,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def load_runs(site: Site) -> list[dict[str, Any]]:
-    records = []
-    for path in sorted(site.runs_dir.glob("*/corectl.json")):
-        record = read_json(path)
-        if record is not None:
-            records.append({**record, "id": path.parent.name})
-    return sorted(records, key=lambda r: (r.get("started", ""), r["id"]))
+    """Every run's record, oldest first, each with its id."""
+    return store.runs(site)
 
 
 def expected_from_history(
@@ -45,8 +42,8 @@ def expected_from_history(
 
 
 def site_has_run(site: Site) -> bool:
-    """Whether a run of site.yml (provision, add-node) on this site ever succeeded: its mark (kept when the
-    run records are pruned), or for a site whose runs predate the mark, a record of one."""
-    return (site.runs_dir / SITE_HAS_RUN).is_file() or any(
+    """Whether a run of site.yml (provision, add-node) on this site ever succeeded: the store's mark (set by the
+    run, kept past the pruning of its folder), or a record of one in the index."""
+    return store.marked(site, store.HAS_RUN) is not None or any(
         converged_the_site(r.get("playbook"), r.get("status"), r.get("check")) for r in load_runs(site)
     )

@@ -24,9 +24,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from corectl import lock
+from corectl import lock, store
 from corectl.ansible.events import (
-    SITE_HAS_RUN,
     CpuClock,
     EventSink,
     RunRequest,
@@ -294,13 +293,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def prune_runs(runs_dir: Path, keep: int = KEEP_RUNS) -> list[Path]:
-    """Remove all but the newest ``keep`` finished runs; a run still in progress is never removed.
+def prune_runs(site: Site, keep: int = KEEP_RUNS) -> list[Path]:
+    """Remove all but the newest ``keep`` finished runs, their folders and their rows in the store's index; a
+    run still in progress is never removed.
 
     A run is in progress while it has no corectl.json and the process named in its id
     (<timestamp>-<pid>) is alive. Returns what was removed.
     """
-    runs = sorted(p for p in runs_dir.iterdir() if p.is_dir() and RUN_ID.match(p.name))
+    runs = sorted(p for p in site.runs_dir.iterdir() if p.is_dir() and RUN_ID.match(p.name))
     removed = []
     for run in runs[: max(0, len(runs) - keep)]:
         match = RUN_ID.match(run.name)
@@ -309,6 +309,7 @@ def prune_runs(runs_dir: Path, keep: int = KEEP_RUNS) -> list[Path]:
             continue
         shutil.rmtree(run, ignore_errors=True)
         removed.append(run)
+    store.forget_runs(site, [run.name for run in removed])
     return removed
 
 
@@ -352,7 +353,7 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
     run.cpu = clock.spent()
     if request.record:
         record(request, run, started_at)
-        prune_runs(site.runs_dir)
+        prune_runs(site)
     return run
 
 
@@ -445,5 +446,6 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
     if run.cpu:
         data["control_cpu_s"] = run.cpu
     atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+    store.add_run(request.site, run.artifact_dir.name, data)  # the index `corectl runs` lists, kept past pruning
     if converged_the_site(request.playbook, run.status, request.check):
-        atomic_write(run.artifact_dir.parent / SITE_HAS_RUN, f"{started_at} {run.artifact_dir.name}\n".encode(), 0o600)
+        store.mark(request.site, store.HAS_RUN, datetime.fromisoformat(started_at), run.artifact_dir.name)

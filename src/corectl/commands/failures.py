@@ -32,12 +32,12 @@ from corectl.health.failures import Action, Drain, Entry, Offenders, RmaCase, Ve
 from corectl.health.page import report_page, utilisation_line
 from corectl.health.reliability import Figures, Outage, Reliability, figure_cells, hours, outages, percent, reliability
 from corectl.health.report import CHECK_ORDER, failed_checks
-from corectl.health.stamps import parse_stamp
 from corectl.health.usage import Share, UsageRead
 from corectl.health.usage_read import read_usage
 from corectl.site import Site, groupvars, require_cluster_file
 from corectl.site.context import Context
 from corectl.slurm import NodeEvent, read_slurm_status
+from corectl.store import parse_stamp
 from corectl.words import counted
 
 Warn = Callable[[str], None]

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from corectl.drain_reason import DrainReason
-from corectl.health.stamps import parse_stamp
+from corectl.store import parse_stamp
 
 if TYPE_CHECKING:
     from corectl.health.failures import Verdict

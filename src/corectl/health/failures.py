@@ -1,84 +1,31 @@
-"""A site's failure history: every health verdict and remediation action, in a local SQLite file.
+"""A site's failure history: every health verdict and remediation action, in the site's store (corectl.store).
 
-``inventories/<site>/.history.sqlite`` (Site.history_db) holds one row per node per health run
-(``verdicts``), one per remediation action (``actions``) and one per drain or down Slurm's
-accounting recorded (``drains``, copied from ``sacctmgr show event`` whenever heal reads the Slurm
-state: whoever drained the node, Slurm's health program included). A read (status, history, rma, report)
-writes nothing: it reads the file's rows into memory with Slurm's events of now added (``_reading``), so
-what it shows is the same, kept or not. Times are UTC, ISO 8601 to the second
-(``2026-11-22T09:12:44Z``), so that text order is time order. The file is in WAL mode with a busy
-timeout, so that concurrent commands append without losing rows; each write is one transaction.
-``PRAGMA user_version`` is the schema version: an older file is migrated when opened, a newer one
-is refused. Every failure to open, read or write the file is a HistoryUnavailable.
+The store holds one row per node per health run (``verdicts``), one per remediation action (``actions``) and
+one per drain or down Slurm's accounting recorded (``drains``, copied from ``sacctmgr show event`` whenever heal
+reads the Slurm state: whoever drained the node, Slurm's health program included). A read (status, history,
+rma, report) writes nothing: it adds Slurm's events of now to a copy in memory (``_reading``), so what it shows
+is the same, kept or not. Each node's last verdict (`corectl status`) is its newest row in ``verdicts``. Every
+failure to open, read or write the store is a StoreUnavailable.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from corectl.errors import CorectlError
+from corectl import store
 from corectl.health.drains import Drain, failure_count, is_failure
-from corectl.health.stamps import epoch_stamp, stamp, window
+from corectl.health.stamps import epoch_stamp, window
 from corectl.site import Site, groupvars
+from corectl.store import StoreUnavailable, stamp
 from corectl.words import counted
 
-BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another one before giving up
-
-# MIGRATIONS[n] takes the schema from version n to n + 1; the schema version is their count.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE verdicts (
-            id INTEGER PRIMARY KEY,
-            node TEXT NOT NULL,
-            at TEXT NOT NULL,
-            ok INTEGER NOT NULL CHECK (ok IN (0, 1)),
-            failed TEXT NOT NULL DEFAULT '[]',
-            run_id TEXT
-        )""",
-        # one verdict per node and health run (verdicts without a run id are each their own run)
-        "CREATE UNIQUE INDEX verdicts_once_per_run ON verdicts (run_id, node)",
-        "CREATE INDEX verdicts_by_node ON verdicts (node, at)",
-        "CREATE INDEX verdicts_failed_by_time ON verdicts (at) WHERE ok = 0",
-        """CREATE TABLE actions (
-            id INTEGER PRIMARY KEY,
-            node TEXT NOT NULL,
-            at TEXT NOT NULL,
-            action TEXT NOT NULL,
-            outcome TEXT NOT NULL,
-            detail TEXT NOT NULL DEFAULT ''
-        )""",
-        "CREATE INDEX actions_by_node ON actions (node, at)",
-    ),
-    (
-        """CREATE TABLE drains (
-            id INTEGER PRIMARY KEY,
-            node TEXT NOT NULL,
-            at TEXT NOT NULL,
-            until TEXT,
-            state TEXT NOT NULL,
-            user TEXT NOT NULL,
-            reason TEXT NOT NULL,
-            failure INTEGER NOT NULL CHECK (failure IN (0, 1))
-        )""",
-        "CREATE UNIQUE INDEX drains_once ON drains (node, at, reason)",
-        "CREATE INDEX drains_by_node ON drains (node, at)",
-    ),
-)
-SCHEMA_VERSION = len(MIGRATIONS)
-
 Report = Mapping[str, Any]  # corectl health's {"node", "ok", "checks": [{"name", "status", "message"}]}
-
-
-class HistoryUnavailable(CorectlError):
-    """The history file could not be opened, read or written (one line: the file and why)."""
 
 
 @dataclass(frozen=True)
@@ -150,103 +97,11 @@ def newest_first(entries: Iterable[Entry]) -> list[Entry]:
 # --------------------------------------------------------------------------- the file
 
 
-@contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE (the write lock at once, waiting up to the busy timeout) ... COMMIT or ROLLBACK."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Bring the file to SCHEMA_VERSION (in one transaction); refuse one written by a newer corectl."""
-    version = _version(conn)
-    if version < SCHEMA_VERSION:
-        with _transaction(conn):
-            version = _version(conn)  # another process may have migrated it meanwhile
-            if version < SCHEMA_VERSION:
-                for statements in MIGRATIONS[version:]:
-                    for statement in statements:
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                version = SCHEMA_VERSION
-    if version > SCHEMA_VERSION:
-        raise HistoryUnavailable(
-            f"{path}: schema version {version} is newer than this corectl's ({SCHEMA_VERSION}); upgrade corectl"
-        )
-
-
-def _use_wal(conn: sqlite3.Connection) -> None:
-    """WAL mode (kept by the file). Switching a new file answers SQLITE_BUSY at once, without the
-    busy timeout, while another process opens it too: try again until the timeout."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
-@contextmanager
-def _database(site: Site) -> Iterator[sqlite3.Connection]:
-    """The site's history, created or migrated as needed; sqlite and OS errors become HistoryUnavailable."""
-    path = site.history_db
-    conn: sqlite3.Connection | None = None
-    try:
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        _use_wal(conn)
-        _migrate(conn, str(path))
-        yield conn
-    except (sqlite3.Error, OSError) as exc:
-        raise HistoryUnavailable(f"{path}: {exc}") from None
-    finally:
-        if conn is not None:
-            conn.close()
-
-
-def _copy_of_file(path: Path, into: sqlite3.Connection) -> None:
-    """The file's rows copied into ``into``, without writing beside the file: SQLite's read-only mode creates
-    the WAL's -shm and -wal files when no writer has them open and leaves them there, so the file is read
-    as immutable when it has no WAL (no writer), and read-only only while a writer holds one (read again
-    read-only when a writer started meanwhile)."""
-    wal = path.with_name(path.name + "-wal")
-    for immutable in (not wal.exists(), False):
-        source = sqlite3.connect(f"{path.as_uri()}?{'immutable=1' if immutable else 'mode=ro'}", uri=True)
-        try:
-            source.backup(into)
-        finally:
-            source.close()
-        if not (immutable and wal.exists()):
-            return
-
-
-@contextmanager
-def _reading(site: Site, slurm: Iterable[SlurmEvent] = ()) -> Iterator[sqlite3.Connection]:
-    """The history to read, in memory: the file's rows (none when there is no file) at the current schema,
-    plus ``slurm``, the drains and downs Slurm's accounting holds now (corectl.slurm.NodeEvent). Reading
-    never writes: not the file, not beside it (a read-only command leaves the site as it was)."""
-    conn = sqlite3.connect(":memory:", isolation_level=None)
-    try:
-        if site.history_db.is_file():
-            _copy_of_file(site.history_db, conn)
-        _migrate(conn, str(site.history_db))
-        _insert_drains(conn, _slurm_drains(slurm))
-        yield conn
-    except (sqlite3.Error, OSError) as exc:
-        raise HistoryUnavailable(f"{site.history_db}: {exc}") from None
-    finally:
-        conn.close()
+def _reading(site: Site, slurm: Iterable[SlurmEvent] = ()) -> AbstractContextManager[sqlite3.Connection]:
+    """The history to read (corectl.store.reading: nothing written), with ``slurm``, the drains and downs Slurm's
+    accounting holds now (corectl.slurm.NodeEvent), added in memory."""
+    drains = _slurm_drains(slurm)
+    return store.reading(site, (lambda conn: _insert_drains(conn, drains)) if drains else None)
 
 
 # --------------------------------------------------------------------------- writing
@@ -268,7 +123,7 @@ def record_verdicts(site: Site, reports: Mapping[str, Report], at: datetime, run
         (node, when, 1 if report.get("ok") else 0, json.dumps(_failed_checks(report)), run_id)
         for node, report in reports.items()
     ]
-    with _database(site) as conn, _transaction(conn):
+    with store.writing(site) as conn, store.transaction(conn):
         before = conn.total_changes
         conn.executemany(
             "INSERT INTO verdicts (node, at, ok, failed, run_id) VALUES (?, ?, ?, ?, ?)"
@@ -301,7 +156,7 @@ def keep_slurm_events(site: Site, events: Iterable[SlurmEvent], warn: Callable[[
     cannot be written: ``warn``."""
     try:
         record_slurm_events(site, events)
-    except HistoryUnavailable as exc:
+    except StoreUnavailable as exc:
         warn(f"warning: Slurm's drains not kept in the history: {exc}")
 
 
@@ -324,13 +179,13 @@ def record_drains(site: Site, drains: Iterable[Drain]) -> int:
     drains = list(drains)
     if not drains:
         return 0
-    with _database(site) as conn, _transaction(conn):
+    with store.writing(site) as conn, store.transaction(conn):
         return _insert_drains(conn, drains)
 
 
 def record_action(site: Site, node: str, action: str, outcome: str, detail: str, at: datetime) -> None:
     """One remediation action on ``node`` (``action``: drain, reset-gpu...; ``outcome``: ok, failed...)."""
-    with _database(site) as conn, _transaction(conn):
+    with store.writing(site) as conn, store.transaction(conn):
         conn.execute(
             "INSERT INTO actions (node, at, action, outcome, detail) VALUES (?, ?, ?, ?, ?)",
             (node, stamp(at), action, outcome, detail),
@@ -440,6 +295,15 @@ def rma_report(
     return offenders, cases
 
 
+def last_verdicts(site: Site) -> dict[str, Verdict]:
+    """Each node's newest verdict (the last health run that checked it)."""
+    newest = (
+        f"{_VERDICT} AS v WHERE id = (SELECT id FROM verdicts WHERE node = v.node ORDER BY at DESC, id DESC LIMIT 1)"
+    )
+    with _reading(site) as conn:
+        return {row[0]: _verdict(row) for row in conn.execute(f"{newest} ORDER BY node")}
+
+
 # --------------------------------------------------------------------------- the site's rule
 
 FAILURES_VAR = "corectl_repeat_offender_failures"
@@ -466,7 +330,7 @@ def site_offenders(
     count, days = thresholds(site)
     try:
         return repeat_offenders(site, count, days, now, slurm)
-    except HistoryUnavailable as exc:
+    except StoreUnavailable as exc:
         warn(f"warning: repeat offenders not shown: {exc}")
         return None
 

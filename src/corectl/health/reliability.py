@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from corectl.drain_reason import DrainReason, Source
 from corectl.health.drains import Drain, Stretch, failure_stretches
 from corectl.health.failures import Verdict
-from corectl.health.stamps import parse_stamp
+from corectl.store import parse_stamp
 
 GPU_HANDOVER = "gpu-handover"  # the class of the epilog's drains (they name no check)
 

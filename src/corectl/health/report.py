@@ -20,7 +20,6 @@ from corectl import ansible
 from corectl.ansible import RunRequest, RunResult
 from corectl.ansible.progress import LiveProgress, TaskResults, summary_table
 from corectl.errors import CorectlError
-from corectl.files import write_if_changed
 from corectl.health import failures
 from corectl.site import Site
 from corectl.site.context import Context
@@ -305,34 +304,22 @@ def warn_stderr(line: str) -> None:
 def remember(
     site: Site, reports: dict[str, Report], run_id: str | None = None, warn: Callable[[str], None] = warn_stderr
 ) -> None:
-    """Keep each node's latest verdict for `corectl status` (nodes not checked now keep theirs) and
-    append every verdict to the site's failure history (a history that cannot be written: ``warn``)."""
-    now = datetime.now(UTC)
+    """Every verdict into the site's store (`corectl status` shows each node's newest; the failure history keeps
+    them all); a store that cannot be written: ``warn``."""
     try:
-        failures.record_verdicts(site, reports, now, run_id)
-    except failures.HistoryUnavailable as exc:
+        failures.record_verdicts(site, reports, datetime.now(UTC), run_id)
+    except failures.StoreUnavailable as exc:
         warn(f"warning: failure history not recorded: {exc}")
-    try:
-        known = json.loads(site.health_file.read_text())
-    except (OSError, ValueError):
-        known = {}
-    stamp = now.strftime("%Y-%m-%d %H:%M:%SZ")
-    for node, report in reports.items():
-        failed = [c["name"] for c in report["checks"] if c.get("status") == "fail"]
-        known[node] = {"at": stamp, "ok": report["ok"], "failed": failed}
-    write_if_changed(site.health_file, json.dumps(dict(sorted(known.items())), indent=2) + "\n")
 
 
 def last_verdicts(site: Site) -> dict[str, str]:
-    """node -> "ok <time>" / "FAIL <checks> <time>" from the last `corectl health`."""
-    try:
-        known = json.loads(site.health_file.read_text())
-    except (OSError, ValueError):
-        return {}
-    return {
-        node: (f"ok {v['at']}" if v.get("ok") else f"{FAILED_VERDICT} {','.join(v.get('failed', []))} {v['at']}")
-        for node, v in known.items()
-    }
+    """node -> "ok <time>" / "FAIL <checks> <time>" from its last health run."""
+    shown = {}
+    for node, verdict in failures.last_verdicts(site).items():
+        at = verdict.at.replace("T", " ")
+        checks = ",".join(check.name for check in verdict.failed)
+        shown[node] = f"ok {at}" if verdict.ok else f"{FAILED_VERDICT} {checks} {at}"
+    return shown
 
 
 def verdict_failed(verdict: str | None) -> bool:

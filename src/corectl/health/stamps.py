@@ -1,15 +1,10 @@
-"""The failure history's times: UTC to the second, ISO 8601 (``2026-11-22T09:12:44Z``), so that text
-order is time order."""
+"""Windows of time over the failure history, in the site's store's time format (corectl.store.stamp)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-
-def stamp(at: datetime) -> str:
-    """``2026-11-22T09:12:44Z``: UTC to the second (a naive time is taken as UTC)."""
-    utc = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+from corectl.store import stamp
 
 
 def window(days: int, now: datetime) -> tuple[str, str]:
@@ -19,7 +14,3 @@ def window(days: int, now: datetime) -> tuple[str, str]:
 
 def epoch_stamp(seconds: int) -> str:
     return stamp(datetime.fromtimestamp(seconds, UTC))
-
-
-def parse_stamp(at: str) -> datetime:
-    return datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)

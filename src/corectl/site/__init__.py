@@ -58,13 +58,8 @@ class Site:
         return self.directory / ".facts"
 
     @property
-    def health_file(self) -> Path:
-        """The last `corectl health` result per node (read by `corectl status`)."""
-        return self.directory / ".health.json"
-
-    @property
     def history_db(self) -> Path:
-        """Every health verdict and remediation action per node (corectl.health.failures)."""
+        """The site's one store (corectl.store): verdicts, actions and drains, the runs' index, marks."""
         return self.directory / ".history.sqlite"
 
     @property

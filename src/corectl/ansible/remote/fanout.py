@@ -279,5 +279,5 @@ def finish(
     elapsed = time.monotonic() - clock.started
     run = RunResult(status, rc, hosts, run_dir, elapsed, tally.messages, tally.tasks, outcomes, clock.cpu.spent())
     record(request, run, clock.started_at)
-    prune_runs(request.site.runs_dir)
+    prune_runs(request.site)
     return run
