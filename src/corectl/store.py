@@ -20,7 +20,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -197,22 +197,24 @@ def _use_wal(conn: sqlite3.Connection) -> None:
 
 
 @contextmanager
-def writing(site: Site) -> Iterator[sqlite3.Connection]:
-    """The store to write, created or migrated as needed; sqlite and OS errors become StoreUnavailable."""
-    path = site.history_db
-    conn: sqlite3.Connection | None = None
+def _one_line(path: Path) -> Iterator[None]:
+    """sqlite's and the OS's errors while the store is used: a StoreUnavailable naming the file."""
     try:
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        yield
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreUnavailable(f"{path}: {exc}") from None
+
+
+@contextmanager
+def writing(site: Site) -> Iterator[sqlite3.Connection]:
+    """The store to write, created or migrated as needed."""
+    path = site.history_db
+    with _one_line(path), closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)) as conn:
         _use_wal(conn)
         if _migrate(conn, site):
             for old in (site.directory / OLD_HEALTH, site.directory / OLD_MARK):
                 old.unlink(missing_ok=True)
         yield conn
-    except (sqlite3.Error, OSError) as exc:
-        raise StoreUnavailable(f"{path}: {exc}") from None
-    finally:
-        if conn is not None:
-            conn.close()
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
@@ -233,28 +235,19 @@ def reading(site: Site, add: Callable[[sqlite3.Connection], None] | None = None)
     (``add``: Slurm's drains of now), is copied into memory, migrated there, the older stores taken in there, and
     ``add`` applied there. Nothing is written to the site either way."""
     path = site.history_db
-    conn: sqlite3.Connection | None = None
-    try:
-        if path.is_file():
-            conn = _open_read_only(path)
-            if add is None and _version(conn) == SCHEMA_VERSION:
-                yield conn
-                return
-            memory = sqlite3.connect(":memory:", isolation_level=None)
-            conn.backup(memory)
-            conn.close()
-            conn = memory
-        else:
-            conn = sqlite3.connect(":memory:", isolation_level=None)
-        _migrate(conn, site)
-        if add is not None:
-            add(conn)
-        yield conn
-    except (sqlite3.Error, OSError) as exc:
-        raise StoreUnavailable(f"{path}: {exc}") from None
-    finally:
-        if conn is not None:
-            conn.close()
+    with _one_line(path):
+        memory = sqlite3.connect(":memory:", isolation_level=None)
+        with closing(memory):
+            if path.is_file():
+                with closing(_open_read_only(path)) as source:
+                    if add is None and _version(source) == SCHEMA_VERSION:
+                        yield source
+                        return
+                    source.backup(memory)
+            _migrate(memory, site)
+            if add is not None:
+                add(memory)
+            yield memory
 
 
 # --------------------------------------------------------------------------- runs and marks
