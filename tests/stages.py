@@ -45,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -331,15 +332,18 @@ def lint(stages: Stages, lane: int = 1) -> bool:
 
 def python_sources() -> list[str]:
     """Every Python file of the project: the packages and the in-repo collection, the Python
-    packages under roles' files/ (the health checker's source), and the programs roles ship
-    without a .py name (the health checker, the GPU handover, ...), found by shebang."""
+    packages under roles' files/ (the sources of the zipapps tools/zipapps.py builds), and the programs roles
+    ship as one text file without a .py name (the GPU handover, ...), found by shebang."""
     shipped = sorted(
         str(path.relative_to(ROOT))
         for path in (ROOT / "roles").glob("*/files/*")
-        if path.is_file() and path.read_bytes()[:64].startswith(b"#!") and b"python" in path.read_bytes()[:64]
+        if path.is_file()
+        and path.read_bytes()[:64].startswith(b"#!")
+        and b"python" in path.read_bytes()[:64]
+        and not zipfile.is_zipfile(path)
     )
     packages = sorted(str(path.parent.relative_to(ROOT)) for path in (ROOT / "roles").glob("*/files/*/__init__.py"))
-    return ["src", "tests", "bench", "collections", "molecule/plugins", *packages, *shipped]
+    return ["src", "tests", "bench", "tools", "collections", "molecule/plugins", *packages, *shipped]
 
 
 # The third lane's gate: it takes its next stage only while the machine was less than this busy over the
