@@ -91,11 +91,12 @@ def read_only_site(args: tuple[str, ...]) -> Path | None:
 
 
 def site_tree(site: Path) -> dict[str, tuple[int, int]]:
-    """Every file of the site (but its lock file) with its size and modification time."""
+    """Every file of the site with its size and modification time; but its lock file and .lab/, where the lab's
+    stand-in BMCs (tests/standin/bmc.py, not corectl) log each request a `power status` makes."""
     return {
         str(path.relative_to(site)): (stat.st_size, stat.st_mtime_ns)
         for path in site.rglob("*")
-        if path.name != ".lock" and path.is_file()
+        if path.name != ".lock" and path.is_file() and path.relative_to(site).parts[0] != ".lab"
         for stat in [path.stat()]
     }
 

@@ -111,7 +111,9 @@ READ_ARGV: dict[str, list[str]] = {
 
 class FakeRunner:
     """ansible_runner.run as far as the site can tell: it writes its artifacts where it is told (a recorded run's
-    go to the site's .runs/), and the run fails, as against a controller that cannot be reached. No traffic."""
+    go to the site's .runs/) and, as Ansible does for a run that gathers no fact, the Python it discovered on the
+    controller into the fact cache it is given; the run fails, as against a controller that cannot be reached.
+    No traffic."""
 
     def __init__(self) -> None:
         self.playbooks: list[str] = []
@@ -121,6 +123,9 @@ class FakeRunner:
         artifacts = Path(str(kwargs["artifact_dir"])) / str(kwargs["ident"])
         (artifacts / "job_events").mkdir(parents=True)
         (artifacts / "status").write_text("failed")
+        facts = Path(str(kwargs["fact_cache"]))
+        facts.mkdir(parents=True, exist_ok=True)
+        (facts / "head01").write_text('{"discovered_interpreter_python": "/usr/bin/python3"}')
         return type("Result", (), {"status": "failed", "rc": 2})()
 
 
@@ -142,6 +147,8 @@ def lived_site(directory: Path) -> None:
     report = {"node": "dgx01", "ok": False, "checks": [{"name": "xid", "status": "fail", "message": "Xid 79"}]}
     failures.record_verdicts(site, {"dgx01": report}, datetime.now(UTC), "20261201T000000-1")
     (directory / "known_hosts").write_text("10.10.1.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDk0\n")
+    (directory / ".facts").mkdir()
+    (directory / ".facts" / "head01").write_text('{"discovered_interpreter_python": "/usr/bin/python3.11"}')
     run = directory / ".runs" / "20261201T000000-1"
     run.mkdir(parents=True)
     record = {"command": "health", "status": "successful", "hosts": {}, "started": "2026-12-01T00:00:00+00:00"}

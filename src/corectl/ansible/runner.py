@@ -79,6 +79,14 @@ def site_fact_cache(site: Site) -> dict[str, str]:
     return {"fact_cache_type": "jsonfile", "fact_cache": str(site.facts_dir)}
 
 
+def fact_cache(request: RunRequest, private_dir: Path) -> dict[str, str]:
+    """The site's fact cache; a read-only command's run gets one of its own in its private directory, since
+    Ansible writes a host's cache file even for a run that gathers nothing (the Python it discovered there)."""
+    if request.record:
+        return site_fact_cache(request.site)
+    return {"fact_cache_type": "jsonfile", "fact_cache": str(private_dir / "facts")}
+
+
 def shared_inventory(private_dir: Path, root: Path) -> Path:
     """An empty inventory whose group_vars/ is the project's shared group_vars/.
 
@@ -170,7 +178,7 @@ def runner_kwargs(
         "inventory": [str(shared_inventory(private_dir, site.root)), str(site.hosts_file)],
         "artifact_dir": str(site.runs_dir),
         "ident": ident,
-        **site_fact_cache(site),
+        **fact_cache(request, private_dir),
         "forks": default_forks(),
         "quiet": True,
         "envvars": {
