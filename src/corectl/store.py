@@ -1,7 +1,7 @@
 """The site's one store (issue 46): ``inventories/<site>/.history.sqlite`` (Site.history_db), one SQLite file
 for what corectl keeps about a site between commands: every health verdict, remediation action and Slurm drain
 (the failure history: corectl.health.failures), the index of its runs (one row per run, the record
-corectl.ansible.runner writes; the run's folder under .runs/ keeps its artifacts) and marks (that the site has
+corectl.ansible.records writes; the run's folder under .runs/ keeps its artifacts) and marks (that the site has
 run). Times are UTC, ISO 8601 to the second (``2026-11-22T09:12:44Z``), so that text order is time order.
 
 The file is in WAL mode with a busy timeout, so that concurrent commands append without losing rows; each write
@@ -269,7 +269,7 @@ def add_run(site: Site, ident: str, record: dict[str, Any]) -> None:
 
 
 def forget_runs(site: Site, idents: list[str]) -> None:
-    """The index rows of runs whose folders are gone (corectl.ansible.runner.prune_runs)."""
+    """The index rows of runs whose folders are gone (corectl.ansible.records.prune_runs)."""
     if idents:
         with writing(site) as conn, transaction(conn):
             conn.executemany("DELETE FROM runs WHERE id = ?", [(ident,) for ident in idents])

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT, probe_project
 from corectl import secrets, store
-from corectl.ansible import runner
+from corectl.ansible import records, runner
 from corectl.site import Site
 
 VAULT_PASSWORD = "vault-pw-8c1e5d0f-at-rest-nowhere"
@@ -106,7 +106,7 @@ def test_a_signal_cancels_the_run_like_ctrl_c(project: Site, tmp_path: Path, sig
     argv = [sys.executable, "-c", CHILD, str(project.root), str(project.directory), str(tmp_path / "o"), "120"]
     child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # wait until the sleep task has started
             started = [p for p in project.runs_dir.glob("*/job_events/*.json") if '"task": "Wait"' in p.read_text()]
             if started:
@@ -115,7 +115,7 @@ def test_a_signal_cancels_the_run_like_ctrl_c(project: Site, tmp_path: Path, sig
         else:
             pytest.fail("the probe never reached its Wait task")
         child.send_signal(signum)
-        out, err = child.communicate(timeout=60)
+        out, err = child.communicate(timeout=180)
     finally:
         if child.poll() is None:
             child.kill()
@@ -129,7 +129,9 @@ def test_a_signal_cancels_the_run_like_ctrl_c(project: Site, tmp_path: Path, sig
     assert_nothing_left(str(tmp_path / "tmp"))  # ansible-playbook and its sleep task stopped too
 
 
-def assert_nothing_left(private: str, seconds: float = 30) -> None:
+# Waits below are for states (a task started, a process gone); their bounds only end a wait that failed, and are
+# generous: the unit lane runs beside two labs, and a run that is slow there is not a broken one.
+def assert_nothing_left(private: str, seconds: float = 90) -> None:
     """No process of the run (its private directory is in ansible-playbook's arguments and in the
     environment of its tasks) is left a little after corectl ended."""
     deadline = time.monotonic() + seconds
@@ -144,7 +146,7 @@ def test_sigkill_leaves_no_secret_behind(project: Site, tmp_path: Path, accelera
     argv = [sys.executable, "-c", CHILD, str(project.root), str(project.directory), str(tmp_path / "o"), "120"]
     child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while not (tmp_path / "o").exists() and time.monotonic() < deadline:  # the vaulted secret was used
             time.sleep(0.2)
         assert (tmp_path / "o").exists()
@@ -193,7 +195,7 @@ def test_prune_keeps_the_newest_and_never_a_run_in_progress(tmp_path: Path):
     (runs / "not-a-run").mkdir()
     for run in finished:
         store.add_run(site, run.name, {"command": "health", "started": run.name})
-    removed = runner.prune_runs(site, keep=3)
+    removed = records.prune_runs(site, keep=3)
     assert sorted(removed) == sorted([crashed, *finished[:2]])
     assert [r["id"] for r in store.runs(site)] == [r.name for r in finished[2:]]  # the index forgot them too
     assert sorted(p.name for p in runs.iterdir()) == sorted(

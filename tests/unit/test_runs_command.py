@@ -12,8 +12,7 @@ import pytest
 from rich.console import Console
 
 from corectl.ansible.events import HostStats, RunRequest, RunResult
-from corectl.ansible.records import expected_from_history, load_runs
-from corectl.ansible.runner import record
+from corectl.ansible.records import expected_from_history, load_runs, record
 from corectl.commands.runs import resolve_run, runs_table, show_run
 from corectl.errors import CorectlError
 from corectl.site import Site
@@ -54,7 +53,7 @@ def _event(counter: int, kind: str, play: str, task: str = "", host: str = "", *
 
 
 def _fake_run(site: Site, ident: str, events: list[dict[str, Any]], **record: Any) -> Path:
-    """A run directory as ansible-runner and runner.record() leave it."""
+    """A run directory as ansible-runner and records.record() leave it."""
     run = site.runs_dir / ident
     (run / "job_events").mkdir(parents=True)
     for event in events:
@@ -251,8 +250,7 @@ def test_the_site_has_run_before_after_its_provisions_records_are_pruned(tmp_pat
     state directory and lose the queue (the lab's second e2e lab found it: its heal test's runs pruned the record
     of the only provision before the head was replaced)."""
     from corectl import store
-    from corectl.ansible.records import site_has_run
-    from corectl.ansible.runner import KEEP_RUNS, prune_runs
+    from corectl.ansible.records import KEEP_RUNS, prune_runs, site_has_run
 
     site = Site(root=root, directory=tmp_path / "site")
 

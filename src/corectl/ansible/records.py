@@ -1,18 +1,27 @@
-"""Run records read back from the site's store (corectl.store: the index corectl.ansible.runner adds each run's
-record to; the run's folder under .runs/ keeps its artifacts until prune_runs removes it): for `corectl runs`,
-for the expected length of the next like run (LiveProgress), and for whether the site has run before (a
-replaced head's slurmctld waits for its saved state)."""
+"""Run records: what each run leaves (corectl.json in its folder under .runs/, beside ansible-runner's artifacts,
+and the same record in the site's store, corectl.store), the folders pruned to the newest KEEP_RUNS, and the
+records read back: for `corectl runs`, for the expected length of the next like run (LiveProgress), and for
+whether the site has run before (a replaced head's slurmctld waits for its saved state)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from corectl import store
-from corectl.ansible.events import converged_the_site
+from corectl.ansible.events import RunRequest, RunResult, converged_the_site
 from corectl.ansible.progress import Expected
+from corectl.files import atomic_write
 from corectl.site import Site
+
+KEEP_RUNS = 30
+RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -47,3 +56,61 @@ def site_has_run(site: Site) -> bool:
     return store.marked(site, store.HAS_RUN) is not None or any(
         converged_the_site(r.get("playbook"), r.get("status"), r.get("check")) for r in load_runs(site)
     )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # PermissionError: alive, another user's
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def prune_runs(site: Site, keep: int = KEEP_RUNS) -> list[Path]:
+    """Remove all but the newest ``keep`` finished runs, their folders and their rows in the store's index; a
+    run still in progress is never removed.
+
+    A run is in progress while it has no corectl.json and the process named in its id
+    (<timestamp>-<pid>) is alive. Returns what was removed.
+    """
+    runs = sorted(p for p in site.runs_dir.iterdir() if p.is_dir() and RUN_ID.match(p.name))
+    removed = []
+    for run in runs[: max(0, len(runs) - keep)]:
+        match = RUN_ID.match(run.name)
+        assert match is not None
+        if not (run / "corectl.json").is_file() and _pid_alive(int(match["pid"])):
+            continue
+        shutil.rmtree(run, ignore_errors=True)
+        removed.append(run)
+    store.forget_runs(site, [run.name for run in removed])
+    return removed
+
+
+def record(request: RunRequest, run: RunResult, started_at: str) -> None:
+    """corectl.json beside ansible-runner's artifacts, the same record in the store's index (what `corectl runs`
+    lists), and the store's has-run mark for a run that converged the site."""
+    run.artifact_dir.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {
+        "command": request.command,
+        "playbook": request.playbook,
+        "limit": request.limit,
+        "tags": request.tags,
+        "check": request.check,
+        "started": started_at,
+        "elapsed_s": round(run.elapsed, 1),
+        "status": run.status,
+        "rc": run.rc,
+        "tasks": run.tasks,
+        "hosts": {host: asdict(stats) for host, stats in sorted(run.hosts.items())},
+        "messages": dict(sorted(run.messages.items())),
+    }
+    if run.shards:
+        data["shards"] = [asdict(shard) for shard in run.shards]
+    if run.cpu:
+        data["control_cpu_s"] = run.cpu
+    atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
+    store.add_run(request.site, run.artifact_dir.name, data)  # the index `corectl runs` lists
+    if converged_the_site(request.playbook, run.status, request.check):
+        store.mark(request.site, store.HAS_RUN, datetime.fromisoformat(started_at), run.artifact_dir.name)

@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -18,29 +16,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from corectl import lock, store
+from corectl import lock
 from corectl.ansible.events import (
     CpuClock,
     EventSink,
     RunRequest,
     RunResult,
     Tally,
-    converged_the_site,
 )
-from corectl.ansible.records import site_has_run
+from corectl.ansible.records import prune_runs, record, site_has_run
 from corectl.errors import CorectlError
-from corectl.files import atomic_write
 from corectl.secrets import SecretFiles, vault_password_client
 from corectl.site import Site
-
-KEEP_RUNS = 30
-RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
 
 
 def default_forks() -> int:
@@ -291,36 +283,6 @@ def _runner_environ() -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # PermissionError: alive, another user's
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def prune_runs(site: Site, keep: int = KEEP_RUNS) -> list[Path]:
-    """Remove all but the newest ``keep`` finished runs, their folders and their rows in the store's index; a
-    run still in progress is never removed.
-
-    A run is in progress while it has no corectl.json and the process named in its id
-    (<timestamp>-<pid>) is alive. Returns what was removed.
-    """
-    runs = sorted(p for p in site.runs_dir.iterdir() if p.is_dir() and RUN_ID.match(p.name))
-    removed = []
-    for run in runs[: max(0, len(runs) - keep)]:
-        match = RUN_ID.match(run.name)
-        assert match is not None
-        if not (run / "corectl.json").is_file() and _pid_alive(int(match["pid"])):
-            continue
-        shutil.rmtree(run, ignore_errors=True)
-        removed.append(run)
-    store.forget_runs(site, [run.name for run in removed])
-    return removed
-
-
 Build = Callable[[Path, str, ExitStack], dict[str, Any]]
 
 
@@ -430,30 +392,3 @@ def run_standalone(
 def _path_with_ansible(guard: Path) -> str:
     """The guard's ansible-playbook first, then corectl's Python environment (on PATH or not)."""
     return os.pathsep.join([str(guard), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-
-
-def record(request: RunRequest, run: RunResult, started_at: str) -> None:
-    """corectl.json beside ansible-runner's artifacts: what `corectl runs` will list."""
-    run.artifact_dir.mkdir(parents=True, exist_ok=True)
-    data: dict[str, Any] = {
-        "command": request.command,
-        "playbook": request.playbook,
-        "limit": request.limit,
-        "tags": request.tags,
-        "check": request.check,
-        "started": started_at,
-        "elapsed_s": round(run.elapsed, 1),
-        "status": run.status,
-        "rc": run.rc,
-        "tasks": run.tasks,
-        "hosts": {host: asdict(stats) for host, stats in sorted(run.hosts.items())},
-        "messages": dict(sorted(run.messages.items())),
-    }
-    if run.shards:
-        data["shards"] = [asdict(shard) for shard in run.shards]
-    if run.cpu:
-        data["control_cpu_s"] = run.cpu
-    atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
-    store.add_run(request.site, run.artifact_dir.name, data)  # the index `corectl runs` lists, kept past pruning
-    if converged_the_site(request.playbook, run.status, request.check):
-        store.mark(request.site, store.HAS_RUN, datetime.fromisoformat(started_at), run.artifact_dir.name)

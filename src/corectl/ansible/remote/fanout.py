@@ -25,9 +25,10 @@ from typing import Any
 
 from corectl import lock
 from corectl.ansible.events import SHARD_KEY, CpuClock, EventSink, HostStats, RunRequest, RunResult, ShardOutcome, Tally
+from corectl.ansible.records import prune_runs, record
 from corectl.ansible.remote import runnerhost, shards
 from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
-from corectl.ansible.runner import Cancel, accelerator_env, new_ident, prune_runs, record
+from corectl.ansible.runner import Cancel, accelerator_env, new_ident
 from corectl.bootstrap import endpoint, key_path, public_key
 from corectl.errors import CorectlError
 from corectl.secrets import SecretFiles, vault_password
