@@ -168,7 +168,8 @@ def runner_kwargs(
         "project_dir": str(site.root),
         "playbook": str(site.root / "playbooks" / request.playbook),
         "inventory": [str(shared_inventory(private_dir, site.root)), str(site.hosts_file)],
-        "artifact_dir": str(site.runs_dir),
+        # a read-only command's run keeps its artifacts in its private directory, gone with it
+        "artifact_dir": str(site.runs_dir if request.record else private_dir / "artifacts"),
         "ident": ident,
         **fact_cache(request, private_dir),
         "forks": default_forks(),
@@ -310,8 +311,6 @@ def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunRe
         cancel = stack.enter_context(Cancel())
         kwargs = build(Path(tmp), ident, stack)
         kwargs["rotate_artifacts"] = 0  # ansible-runner's rotation would remove runs in progress: prune_runs
-        if not request.record:  # a read-only command's run: its artifacts go with the temporary directory
-            kwargs["artifact_dir"] = str(Path(tmp) / "artifacts")
         with _runner_environ():
             result = ansible_runner.run(**kwargs, event_handler=on_event, cancel_callback=cancel)
         status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
