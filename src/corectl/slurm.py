@@ -14,10 +14,10 @@ from rich.console import Console
 
 from corectl import ansible, hostlist
 from corectl.ansible import RunRequest, RunResult
-from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.drain_reason import Source
 from corectl.errors import CorectlError
 from corectl.node_state import SINFO_FORMAT, NodeState, parse_sinfo
+from corectl.progress import LiveProgress, summary_table
 from corectl.site.context import Context
 
 

@@ -63,9 +63,7 @@ def test_a_run_gets_limit_tags_check_extravars_and_layered_group_vars(tmp_path: 
 
 
 def test_runner_kwargs_omit_unset_options(tmp_path: Path, root: Path):
-    kwargs = runner_kwargs(
-        RunRequest(site=resolve_site("prod", root=root), playbook="health.yml"), tmp_path / "p", "id"
-    )
+    kwargs = runner_kwargs(RunRequest(site=resolve_site("prod", root=root), playbook="health.yml"), tmp_path / "p")
     for key in ("limit", "tags", "extravars"):
         assert key not in kwargs
     # the site-wide settings, always (secrets.yml only with the vault password)

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from conftest import probe_project
 from corectl.ansible.events import RunRequest
-from corectl.ansible.progress import LiveProgress
 from corectl.ansible.runner import run_playbook
 from corectl.cli import app
+from corectl.progress import LiveProgress
 
 PROBE = """
 - name: Probe

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from corectl.ansible.events import RunRequest
+from corectl.ansible.lifecycle import Cancel, Live
 from corectl.ansible.remote import nodelocal, runnerhost
-from corectl.ansible.runner import Cancel
 from corectl.cli import app
 from corectl.site import Site
 from corectl.site.inventory import render_site
@@ -90,10 +90,8 @@ def test_a_nodes_own_run_is_under_mitogen_when_this_hosts_is(
     cluster, _ = render_site(site, check_only=False)
     for accelerator, strategy in (("mitogen", "corectl.fleet.mitogen_linear"), ("none", None)):
         monkeypatch.setenv("CORECTL_ACCELERATOR", accelerator)
-        run = nodelocal._Run(
-            RunRequest(site=site), cluster.config.node_local, "x1", tmp_path, tmp_path / "key", None, "0123abcd",
-            sink=lambda event: None, cancel=Cancel(),
-        )  # fmt: skip
+        live = Live(RunRequest(site=site), "x1", tmp_path, Cancel())
+        run = nodelocal._Run(live, cluster.config.node_local, tmp_path / "key", None, "0123abcd")
         common = nodelocal._common(run, None, "", tmp_path / accelerator)
         assert common.kwargs["envvars"].get("ANSIBLE_STRATEGY") == strategy
         assert common.kwargs["extravars"]["ansible_connection"] == "local"

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from corectl.ansible.events import Tally
-from corectl.ansible.progress import LiveProgress, outcome, overall
+from corectl.progress import LiveProgress, outcome, overall
 
 
 def play(name: str, pattern: str = "all") -> dict[str, Any]:

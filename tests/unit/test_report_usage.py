@@ -16,10 +16,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from corectl.ansible.progress import TaskResults
 from corectl.cli import app
 from corectl.commands import failures as failures_cmd
 from corectl.health import charts, page, usage, usage_read
+from corectl.progress import TaskResults
 from corectl.site import Site, render
 from corectl.site.context import Context
 from corectl.slurm import SlurmStatus

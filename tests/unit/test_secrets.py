@@ -124,7 +124,7 @@ def test_runner_hands_ansible_the_vault(site: Site, tmp_path: Path):
     private = tmp_path / "private"
     private.mkdir()
     with secrets.vault_password_client(site, private) as password_file:
-        kwargs = runner_kwargs(RunRequest(site=site), private, "id", password_file)
+        kwargs = runner_kwargs(RunRequest(site=site), private, password_file)
         assert kwargs["envvars"]["ANSIBLE_VAULT_PASSWORD_FILE"] == str(password_file)
         assert kwargs["cmdline"] == f"--extra-vars @{site.directory / 'secrets' / 'secrets.yml'}"
         # a script only its owner may run, which answers with the password (and holds none)

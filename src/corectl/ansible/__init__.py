@@ -1,12 +1,12 @@
 """The one boundary to Ansible: the only package that imports ansible_runner.
 
-`run(request)` runs a RunRequest: fanned out over the site's runner hosts when cluster.yml names
-them (`control.runners`) and the request allows it (`request.fan_out`), else from this host.
-Below it: `events` (a run's request and result, and its events classified once), `runner` (one local
-ansible-runner run and its run record), `guard` (the
-ansible-playbook that never outlives corectl), `progress` (live progress and summaries from the
-events), `records` (past runs read back), and `remote/` (shards, job packs, runner hosts, the
-fanned run, node-local runs).
+`run(request)` runs a RunRequest: node-local or fanned out over the site's runner hosts when cluster.yml says so
+(`node_local:`, `control.runners`) and the request allows it (`request.fan_out`), else from this host.
+Below it: `events` (a run's request and result, and its events classified once), `lifecycle` (every run's one start
+and end: id and folder, cancel, events, merged host counts, record), `runner` (the transport that runs ansible-runner
+on this host), `guard` (the ansible-playbook that never outlives corectl), `records` (run records written, pruned and
+read back), and `remote/` (shards, job packs, runner hosts; the fanned and node-local transports). The live display
+(corectl.progress) is a consumer of the events above this boundary.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from corectl.site import Site
 
@@ -179,19 +179,26 @@ def failure_detail(event_data: dict[str, Any], unreachable: bool) -> str:
     return lines[-1] if unreachable else lines[0]
 
 
+FAILURES = ("failed", "unreachable")
+
+
+def outcome(event: dict[str, Any]) -> str | None:
+    """What a task result says of its host: ok, changed, skipped, failed, unreachable, or ignored
+    (a failure under ignore_errors); None for any other event (starts, loop items, plays)."""
+    kind = event.get("event")
+    if kind == "runner_on_ok":
+        return "changed" if reported_change(event) else "ok"
+    if kind == "runner_on_failed":
+        return "ignored" if (event.get("event_data") or {}).get("ignore_errors") else "failed"
+    return {"runner_on_skipped": "skipped", "runner_on_unreachable": "unreachable"}.get(str(kind))
+
+
 class Tally:
     """Per-host counts taken from the task events as they come.
 
     Ansible's own totals (playbook_on_stats) arrive only when a playbook ends; a canceled or
     killed run never sends them, so its summary is built from these instead.
     """
-
-    KINDS: ClassVar[dict[str, str]] = {
-        "runner_on_ok": "ok",
-        "runner_on_failed": "failed",
-        "runner_on_unreachable": "unreachable",
-        "runner_on_skipped": "skipped",
-    }
 
     def __init__(self) -> None:
         self.hosts: dict[str, HostStats] = {}
@@ -205,18 +212,15 @@ class Tally:
         if event.get("event") == "playbook_on_stats":
             self.finals.update(stats_from_event(event.get("event_data", {})))
         data = event.get("event_data") or {}
-        host, kind = data.get("host"), self.KINDS.get(str(event.get("event")))
-        if not host or kind is None:
+        host, result = data.get("host"), outcome(event)
+        if not host or result is None:
             return
         stats = self.hosts.setdefault(host, HostStats())
-        if kind == "failed" and data.get("ignore_errors"):
-            stats.ignored += 1
-            return
-        setattr(stats, kind, getattr(stats, kind) + 1)
-        if kind == "ok" and reported_change(event):
-            stats.changed += 1
-        if kind in ("failed", "unreachable") and host not in self.messages:
-            detail = failure_detail(data, unreachable=kind == "unreachable")
+        if result == "changed":
+            stats.ok += 1
+        setattr(stats, result, getattr(stats, result) + 1)
+        if result in FAILURES and host not in self.messages:
+            detail = failure_detail(data, unreachable=result == "unreachable")
             self.messages[host] = f"{data.get('task', '')}: {detail}"[:300]
 
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from corectl import store
 from corectl.ansible.events import RunRequest, RunResult, converged_the_site
-from corectl.ansible.progress import Expected
 from corectl.files import atomic_write
 from corectl.site import Site
 
 KEEP_RUNS = 30
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z-(?P<pid>\d+)$")
+Expected = tuple[int, float]  # a past run like this one: tasks it started, seconds it took
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -3,33 +3,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import os
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from corectl import lock
-from corectl.ansible.events import (
-    CpuClock,
-    EventSink,
-    RunRequest,
-    RunResult,
-    Tally,
-)
-from corectl.ansible.records import prune_runs, record, site_has_run
+from corectl.ansible import lifecycle
+from corectl.ansible.events import EventSink, RunRequest, RunResult
+from corectl.ansible.lifecycle import Ended, Live
+from corectl.ansible.records import site_has_run
 from corectl.errors import CorectlError
 from corectl.secrets import SecretFiles, vault_password_client
 from corectl.site import Site
@@ -152,10 +141,8 @@ def playbook_guard(private_dir: Path) -> Path:
     return directory
 
 
-def runner_kwargs(
-    request: RunRequest, private_dir: Path, ident: str, vault_password_file: Path | None = None
-) -> dict[str, Any]:
-    """Everything handed to ansible_runner.run, minus the callbacks (unit-tested)."""
+def runner_kwargs(request: RunRequest, private_dir: Path, vault_password_file: Path | None = None) -> dict[str, Any]:
+    """Everything handed to ansible_runner.run, minus where its artifacts go and the callbacks (unit-tested)."""
     site = request.site
     secrets_file = SecretFiles(site).variables
     cmdline = playbook_options(
@@ -168,9 +155,6 @@ def runner_kwargs(
         "project_dir": str(site.root),
         "playbook": str(site.root / "playbooks" / request.playbook),
         "inventory": [str(shared_inventory(private_dir, site.root)), str(site.hosts_file)],
-        # a read-only command's run keeps its artifacts in its private directory, gone with it
-        "artifact_dir": str(site.runs_dir if request.record else private_dir / "artifacts"),
-        "ident": ident,
         **fact_cache(request, private_dir),
         "forks": default_forks(),
         "quiet": True,
@@ -200,58 +184,6 @@ def selection(request: RunRequest, extravars: dict[str, Any]) -> dict[str, Any]:
         extravars.setdefault("corectl_site_has_run", site_has_run(request.site))
     chosen: dict[str, Any] = {"limit": request.limit, "tags": request.tags, "extravars": extravars}
     return {key: value for key, value in chosen.items() if value}
-
-
-def new_ident() -> str:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{os.getpid()}"
-
-
-class Cancel:
-    """Ctrl-C, SIGTERM and SIGHUP (a dropped SSH session) all ask ansible-runner to stop cleanly.
-
-    The run then ends like any other: ansible-playbook is stopped, the run is recorded as
-    canceled, the site lock is released and the run's private directory is removed.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self) -> None:
-        self.requested = threading.Event()
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> Cancel:
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if signum == signal.SIGHUP:
-            _detach_terminal()
-        self.signum = self.signum or signum
-        self.requested.set()
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + (self.signum or signal.SIGINT)
-
-    def __call__(self) -> bool:
-        return self.requested.is_set()
-
-
-def _detach_terminal() -> None:
-    """The terminal is gone: further output goes to /dev/null instead of failing the run's clean-up."""
-    with contextlib.suppress(OSError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        os.close(null)
 
 
 # What of corectl's own environment ansible-playbook gets (ansible-runner records it in each
@@ -284,49 +216,30 @@ def _runner_environ() -> Iterator[None]:
         os.environ.update(saved)
 
 
-Build = Callable[[Path, str, ExitStack], dict[str, Any]]
+Build = Callable[[Path, ExitStack], dict[str, Any]]
 
 
-def _execute(request: RunRequest, build: Build, sink: EventSink | None) -> RunResult:
-    """One ansible-runner run: fresh private dir, live events, our cancel, corectl.json."""
+def here(live: Live, build: Build, artifact_dir: Path, ident: str, on_event: EventSink) -> Ended:
+    """A run's jobs on this host: one ansible-runner run (its own private directory, our cancel), its artifacts in
+    ``artifact_dir``/``ident``, its events to ``on_event``."""
     import ansible_runner  # heavy import, only when a run happens
-
-    site = request.site
-    ident = new_ident()
-    if request.record:
-        site.runs_dir.mkdir(parents=True, exist_ok=True)
-        lock.note_run(site.runs_dir / ident)  # the site lock names the run its holder is in
-    tally = Tally()
-    started, clock = time.monotonic(), CpuClock()
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
-
-    def on_event(event: dict[str, Any]) -> bool:
-        tally(event)
-        if sink is not None:
-            sink(event)
-        return True  # keep the event: ansible-runner drops it (and the stats) otherwise
 
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="corectl-run-"))
-        cancel = stack.enter_context(Cancel())
-        kwargs = build(Path(tmp), ident, stack)
-        kwargs["rotate_artifacts"] = 0  # ansible-runner's rotation would remove runs in progress: prune_runs
+        kwargs = build(Path(tmp), stack)
+        # ansible-runner's rotation would remove runs in progress: corectl.ansible.records.prune_runs
+        kwargs.update(artifact_dir=str(artifact_dir), ident=ident, rotate_artifacts=0)
+
+        def keep(event: dict[str, Any]) -> bool:
+            on_event(event)
+            return True  # keep the event: ansible-runner drops it (and the stats) otherwise
+
         with _runner_environ():
-            result = ansible_runner.run(**kwargs, event_handler=on_event, cancel_callback=cancel)
-        status, rc = str(result.status), int(result.rc if result.rc is not None else 1)
-        if cancel.requested.is_set():
-            status, rc = "canceled", cancel.exit_code
-        artifacts = Path(kwargs["artifact_dir"]) / ident
-    hosts = tally.finals or tally.hosts  # Ansible's totals when the playbook ended, else what the events showed
-    run = RunResult(status, rc, hosts, artifacts, time.monotonic() - started, tally.messages, tally.tasks)
-    run.cpu = clock.spent()
-    if request.record:
-        record(request, run, started_at)
-        prune_runs(site)
-    return run
+            result = ansible_runner.run(**kwargs, event_handler=keep, cancel_callback=live.cancel)
+    return Ended(str(result.status), int(result.rc if result.rc is not None else 1))
 
 
-def _site_build(request: RunRequest) -> Build:
+def site_build(request: RunRequest) -> Build:
     """How a run of the site's own playbooks is built here: its fact cache and known_hosts there, the vault
     password through corectl's socket when the run gets secrets."""
     site = request.site
@@ -334,32 +247,17 @@ def _site_build(request: RunRequest) -> Build:
         site.facts_dir.mkdir(parents=True, exist_ok=True)
         site.known_hosts.touch(exist_ok=True)
 
-    def build(private_dir: Path, ident: str, stack: ExitStack) -> dict[str, Any]:
+    def build(private_dir: Path, stack: ExitStack) -> dict[str, Any]:
         vault_file = stack.enter_context(vault_password_client(site, private_dir)) if request.secrets else None
-        return runner_kwargs(request, private_dir, ident, vault_file)
+        return runner_kwargs(request, private_dir, vault_file)
 
     return build
 
 
 def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResult:
-    """Run a playbook of the project on the site; ``sink`` sees every event (live progress)."""
-    return _execute(request, _site_build(request), sink)
-
-
-def run_part(request: RunRequest, artifact_dir: Path, ident: str, on_event: EventSink, cancel: Cancel) -> str:
-    """One part of a larger run, from this host as run_playbook runs it, with no run record of its own (a
-    node-local run's plays on the service nodes, corectl.ansible.remote.nodelocal): its ansible-runner
-    artifacts in ``artifact_dir``/``ident``, its events to ``on_event``; returns its status."""
-    import ansible_runner  # heavy import, only when a run happens
-
-    build = _site_build(request)
-    with ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="corectl-run-")))
-        kwargs = build(tmp, ident, stack)
-        kwargs.update(artifact_dir=str(artifact_dir), rotate_artifacts=0)
-        with _runner_environ():
-            result = ansible_runner.run(**kwargs, event_handler=lambda e: on_event(e) or True, cancel_callback=cancel)
-    return "canceled" if cancel() else str(result.status)
+    """Run a playbook of the project on the site from this host; ``sink`` sees every event (live progress)."""
+    build = site_build(request)
+    return lifecycle.run(request, lambda live: here(live, build, live.run_dir.parent, live.ident, live), sink)
 
 
 def run_standalone(
@@ -368,15 +266,13 @@ def run_standalone(
     """Run a playbook outside the site inventory (the lab's infrastructure containers)."""
     request = RunRequest(site=site, playbook=str(playbook), command=command, secrets=False)
 
-    def build(private_dir: Path, ident: str, _stack: ExitStack) -> dict[str, Any]:
+    def build(private_dir: Path, _stack: ExitStack) -> dict[str, Any]:
         return {
             "private_data_dir": str(private_dir),
             "project_dir": str(site.root),
             "playbook": str(playbook),
             "inventory": inventory,
             "extravars": extravars,
-            "artifact_dir": str(site.runs_dir),
-            "ident": ident,
             **site_fact_cache(site),
             "quiet": True,
             "envvars": {
@@ -385,7 +281,7 @@ def run_standalone(
             },
         }
 
-    return _execute(request, build, None)
+    return lifecycle.run(request, lambda live: here(live, build, live.run_dir.parent, live.ident, live))
 
 
 def _path_with_ansible(guard: Path) -> str:

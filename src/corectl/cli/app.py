@@ -58,7 +58,7 @@ def _root(
     ),
 ) -> None:
     # Ansible's own setting (ANSIBLE_VERBOSITY): every run the command starts inherits it, here or on runner hosts
-    # and nodes, and its live progress prints what Ansible says (corectl.ansible.progress)
+    # and nodes, and its live progress prints what Ansible says (corectl.progress)
     if verbose:
         os.environ["ANSIBLE_VERBOSITY"] = str(min(verbose, 6))
 

@@ -17,8 +17,8 @@ from rich.table import Table
 
 from corectl import ansible
 from corectl.ansible import RunRequest
-from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.errors import CorectlError
+from corectl.progress import LiveProgress, TaskResults
 from corectl.site import Site
 from corectl.site.context import Context
 

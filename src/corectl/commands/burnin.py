@@ -11,8 +11,8 @@ from rich.table import Table
 
 from corectl import ansible, slurm
 from corectl.ansible import RunRequest
-from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.drain_reason import DrainReason
+from corectl.progress import LiveProgress, TaskResults
 from corectl.site.context import Context
 
 CHECK = "nccl"  # the checker's check the burn-in job runs (roles/node_health/files/health_check/nccl.py)

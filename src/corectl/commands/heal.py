@@ -12,7 +12,6 @@ from rich.text import Text
 
 from corectl import ansible, hostlist
 from corectl.ansible import RunRequest
-from corectl.ansible.progress import LiveProgress
 from corectl.drain_reason import DrainReason, Source
 from corectl.errors import CorectlError
 from corectl.health import heal as rules
@@ -21,6 +20,7 @@ from corectl.health.report import health
 from corectl.node_state import NodeState
 from corectl.power import apply as power_apply
 from corectl.power import credentials, history_recorder
+from corectl.progress import LiveProgress
 from corectl.site import groupvars
 from corectl.site.context import Context
 from corectl.site.model_services import Validation

@@ -25,13 +25,13 @@ from rich.console import Console
 
 from corectl import ansible, hostlist, secrets
 from corectl.ansible import RunRequest, RunResult
-from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.ansible.records import expected_from_history
 from corectl.bootstrap import Login
 from corectl.bootstrap import bootstrap_nodes as bootstrap
 from corectl.errors import CorectlError
 from corectl.files import atomic_write
 from corectl.health.report import health
+from corectl.progress import LiveProgress, summary_table
 from corectl.site import Site, edit
 from corectl.site.context import Context
 from corectl.site.model import Cluster

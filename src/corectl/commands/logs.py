@@ -10,8 +10,8 @@ from rich.console import Console
 
 from corectl import ansible
 from corectl.ansible import RunRequest
-from corectl.ansible.progress import TaskResults
 from corectl.errors import CorectlError
+from corectl.progress import TaskResults
 from corectl.site.context import Context
 
 RESULT_TASK = "Read the node's logs"  # playbooks/logs.yml

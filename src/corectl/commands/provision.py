@@ -9,8 +9,8 @@ from rich.table import Table
 
 from corectl import ansible, secrets
 from corectl.ansible import EventSink, RunRequest, RunResult, changed_paths, reported_change
-from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.ansible.records import expected_from_history
+from corectl.progress import LiveProgress, summary_table
 from corectl.site.context import Context
 from corectl.words import counted
 

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from corectl import ansible
 from corectl.ansible import RunRequest
-from corectl.ansible.progress import LiveProgress, TaskResults
 from corectl.errors import CorectlError
+from corectl.progress import LiveProgress, TaskResults
 from corectl.site.context import Context
 
 CHECK_TASK = "Check that the backup can be restored"  # playbooks/restore.yml

@@ -13,9 +13,9 @@ from rich.text import Text
 
 from corectl import hostlist
 from corectl.ansible import changed_paths, failure_detail
-from corectl.ansible.progress import FAILURES, outcome
 from corectl.ansible.records import load_runs, read_json
 from corectl.errors import CorectlError
+from corectl.progress import FAILURES, outcome
 from corectl.site import Site
 
 UNLISTED = ("ok", "skipped", "ignored")  # what `runs --show` counts for a host instead of listing

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from corectl import ansible, hostlist, secrets
 from corectl.ansible import RunRequest, RunResult
-from corectl.ansible.progress import LiveProgress, summary_table
 from corectl.errors import CorectlError
+from corectl.progress import LiveProgress, summary_table
 from corectl.site.context import Context
 from corectl.slurm import read_slurm_status
 

@@ -18,9 +18,9 @@ from rich.text import Text
 
 from corectl import ansible
 from corectl.ansible import RunRequest, RunResult
-from corectl.ansible.progress import LiveProgress, TaskResults, summary_table
 from corectl.errors import CorectlError
 from corectl.health import failures
+from corectl.progress import LiveProgress, TaskResults, summary_table
 from corectl.site import Site
 from corectl.site.context import Context
 from corectl.words import counted

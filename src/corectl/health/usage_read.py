@@ -9,7 +9,6 @@ from typing import Any
 
 from corectl import ansible
 from corectl.ansible import RunRequest
-from corectl.ansible.progress import TaskResults
 from corectl.errors import CorectlError
 from corectl.health.usage import (
     UTILISATION_QUERY,
@@ -22,6 +21,7 @@ from corectl.health.usage import (
     step_for,
     usage,
 )
+from corectl.progress import TaskResults
 from corectl.site.context import Context
 
 SACCT_TASK = "Read the accounting of the period"  # playbooks/report.yml

@@ -18,17 +18,16 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from subprocess import Popen
 from typing import Any
 
-from corectl import lock
-from corectl.ansible.events import SHARD_KEY, CpuClock, EventSink, HostStats, RunRequest, RunResult, ShardOutcome, Tally
-from corectl.ansible.records import prune_runs, record
+from corectl.ansible import lifecycle
+from corectl.ansible.events import EventSink, RunRequest, RunResult, ShardOutcome
+from corectl.ansible.lifecycle import Ended, Live
 from corectl.ansible.remote import runnerhost, shards
 from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
-from corectl.ansible.runner import Cancel, accelerator_env, new_ident
+from corectl.ansible.runner import accelerator_env
 from corectl.bootstrap import endpoint, key_path, public_key
 from corectl.errors import CorectlError
 from corectl.secrets import SecretFiles, vault_password
@@ -82,17 +81,15 @@ def node_key(site: Site, cluster: Cluster) -> NodeKey:
 
 @dataclass
 class _Job:
-    """What one shard needs beyond the request, and what stops it."""
+    """What one shard needs beyond the request and its live run (id, folder, cancel, events)."""
 
     site: Site
     cluster: Cluster
     control: Control
-    ident: str
+    live: Live
     digest: str
     password: str | None
     key: NodeKey
-    sink: EventSink
-    cancel: Cancel
     accelerator: dict[str, str] | None = None
     active: dict[str, tuple[Popen[bytes], PurePosixPath, shards.Shard]] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
@@ -133,20 +130,15 @@ def runner_accelerator() -> dict[str, str] | None:
 
 
 def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutcome:
-    started = time.monotonic()
-    if job.cancel():
+    started, live = time.monotonic(), job.live
+    if live.cancel():
         return _outcome(shard, "canceled", 0.0, "not started")
     control, site = job.control, job.site
-    remote = PurePosixPath(control.worker_dir) / f"corectl-job-{job.ident}-{shard.name}"
+    remote = PurePosixPath(control.worker_dir) / f"corectl-job-{live.ident}-{shard.name}"
     facts = PurePosixPath(control.runner_dir) / "facts" / site.name
     side = RunnerSide(remote_dir=remote, fact_cache=facts, accelerator=job.accelerator)
-    shard_dir = site.runs_dir / job.ident / "shards" / shard.name
+    shard_dir = live.run_dir / "shards" / shard.name
     shard_dir.mkdir(parents=True, exist_ok=True)
-
-    def on_event(event: dict[str, Any]) -> None:
-        event[SHARD_KEY] = shard.name
-        with job.guard:
-            job.sink(event)
 
     def on_start(worker: Popen[bytes]) -> None:
         with job.guard:
@@ -154,15 +146,15 @@ def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutc
 
     with tempfile.TemporaryDirectory(prefix="corectl-pack-") as tmp:
         pack_dir = Path(tmp) / "job"
-        kwargs = pack(replace(request, limit=",".join(shard.hosts)), pack_dir, job.ident, side, job.password)
+        kwargs = pack(replace(request, limit=",".join(shard.hosts)), pack_dir, live.ident, side, job.password)
         _adapt(job, kwargs, pack_dir, remote)
         command = runnerhost.worker_command(control.runner_dir, remote, job.digest)
         argv = runnerhost.ssh_argv(site, shard.runner, job.key.path, command)
-        done = run_streamed(kwargs, argv, shard_dir, on_event, on_start, consume=True)
+        done = run_streamed(kwargs, argv, shard_dir, live.tagged(shard.name), on_start, consume=True)
     with job.guard:
         job.active.pop(shard.name, None)
     elapsed = time.monotonic() - started
-    if job.cancel():
+    if live.cancel():
         return _outcome(shard, "canceled", elapsed, "canceled")
     error = ""
     if done.status not in ("successful", "failed"):  # the job broke off: SSH's or the runner's own last word
@@ -198,25 +190,10 @@ def _run_phase(job: _Job, request: RunRequest, phase: list[shards.Shard]) -> lis
     while any(thread.is_alive() for thread in threads):
         for thread in threads:
             thread.join(timeout=0.2)
-        if job.cancel() and not stopped:
+        if job.live.cancel() and not stopped:
             stopped = True
             _stop_all(job)
     return [outcomes[shard.name] for shard in phase]
-
-
-def host_results(tally: Tally, outcomes: list[ShardOutcome]) -> dict[str, HostStats]:
-    """Ansible's totals where a shard's playbook ended, else what its events showed; the hosts of
-    a shard that broke off (and did not fail on their own) count as unreachable."""
-    hosts = {**tally.hosts, **tally.finals}
-    for outcome in outcomes:
-        if outcome.status in ("successful", "failed", "canceled"):
-            continue
-        for host in outcome.hosts:
-            stats = hosts.setdefault(host, HostStats())
-            if not (stats.failed or stats.unreachable):
-                stats.unreachable += 1
-                tally.messages.setdefault(host, f"runner {outcome.runner}: {outcome.error}"[:300])
-    return hosts
 
 
 def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = None) -> RunResult:
@@ -228,57 +205,12 @@ def run_fanned(request: RunRequest, cluster: Cluster, sink: EventSink | None = N
     password = vault_password(SecretFiles(site)).decode() if request.secrets else None
     key = node_key(site, cluster)  # before any shard starts: a missing key is one error, not one per shard
     accelerator = runner_accelerator()
-    ident, run_dir = new_run_dir(site)
-    tally = Tally()
 
-    def on_event(event: dict[str, Any]) -> None:
-        tally(event)
-        if sink is not None:
-            sink(event)
-
-    clock = Clock()
-    outcomes: list[ShardOutcome] = []
-    with Cancel() as cancel:
-        digest = runnerhost.stamp()
-        job = _Job(site, cluster, control, ident, digest, password, key, on_event, cancel, accelerator)
+    def transport(live: Live) -> Ended:
+        job = _Job(site, cluster, control, live, runnerhost.stamp(), password, key, accelerator)
+        outcomes: list[ShardOutcome] = []
         for phase in (1, 2):
             outcomes += _run_phase(job, request, [s for s in plan if s.phase == phase])
-    return finish(request, run_dir, tally, outcomes, cancel, clock)
+        return Ended.of_parts(outcomes)
 
-
-def new_run_dir(site: Site) -> tuple[str, Path]:
-    """A new run's id and directory under .runs/, which the site lock then names."""
-    site.runs_dir.mkdir(parents=True, exist_ok=True)
-    ident = new_ident()
-    run_dir = site.runs_dir / ident
-    run_dir.mkdir()
-    lock.note_run(run_dir)
-    return ident, run_dir
-
-
-@dataclass
-class Clock:
-    """When a run of shards started: wall clock, its record's timestamp, the control host's CPU."""
-
-    started: float = field(default_factory=time.monotonic)
-    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    cpu: CpuClock = field(default_factory=CpuClock)
-
-
-def finish(
-    request: RunRequest, run_dir: Path, tally: Tally, outcomes: list[ShardOutcome], cancel: Cancel, clock: Clock
-) -> RunResult:
-    """A run of shards ends: its result from the shards' outcomes, its one record; older runs pruned. A shard's
-    status "unfit" (a node-local job that ran from the control host instead) is no failure."""
-    hosts = host_results(tally, [o for o in outcomes if o.status != "unfit"])
-    if cancel.requested.is_set():
-        status, rc = "canceled", cancel.exit_code
-    elif all(o.status in ("successful", "unfit") for o in outcomes):
-        status, rc = "successful", 0
-    else:
-        status, rc = "failed", 2
-    elapsed = time.monotonic() - clock.started
-    run = RunResult(status, rc, hosts, run_dir, elapsed, tally.messages, tally.tasks, outcomes, clock.cpu.spent())
-    record(request, run, clock.started_at)
-    prune_runs(request.site)
-    return run
+    return lifecycle.run(request, transport, sink)

@@ -35,12 +35,14 @@ from pathlib import Path, PurePosixPath
 from subprocess import Popen
 from typing import Any
 
-from corectl.ansible.events import SHARD_KEY, EventSink, RunRequest, RunResult, ShardOutcome, Tally
+from corectl.ansible import lifecycle
+from corectl.ansible.events import EventSink, RunRequest, RunResult, ShardOutcome
+from corectl.ansible.lifecycle import Ended, Live
 from corectl.ansible.remote import runnerhost
-from corectl.ansible.remote.fanout import Clock, finish, new_run_dir, runner_accelerator, targets
+from corectl.ansible.remote.fanout import runner_accelerator, targets
 from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, host_vars, pack, run_streamed, zip_message
 from corectl.ansible.remote.shards import SERVICE_ROLES
-from corectl.ansible.runner import Cancel, run_part
+from corectl.ansible.runner import here, site_build
 from corectl.bootstrap import key_path
 from corectl.errors import CorectlError
 from corectl.secrets import NodeSecrets, ceph_clients, node_secrets
@@ -94,31 +96,28 @@ class _Common:
 
 @dataclass
 class _Run:
-    request: RunRequest
+    """What every node's job needs beyond the request and its live run (id, folder, cancel, events)."""
+
+    live: Live
     settings: NodeLocal
-    ident: str
-    run_dir: Path
     key: Path
     jump: str | None  # cluster.ssh.jump_host
     digest: str
-    sink: EventSink
-    cancel: Cancel
     common: _Common | None = None
     active: dict[str, tuple[Popen[bytes], PurePosixPath, RunnerHost]] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
 
-    def tagged(self, shard: str) -> EventSink:
-        def on_event(event: dict[str, Any]) -> None:
-            event[SHARD_KEY] = shard
-            with self.guard:
-                self.sink(event)
+    @property
+    def request(self) -> RunRequest:
+        return self.live.request
 
-        return on_event
+    def cancel(self) -> bool:
+        return self.live.cancel()
 
 
 def _common(run: _Run, secrets: NodeSecrets | None, policy: str, base: Path) -> _Common:
     """Pack and zip, once, what every node's job shares."""
-    remote = PurePosixPath(run.settings.job_dir) / f"corectl-job-{run.ident}"
+    remote = PurePosixPath(run.settings.job_dir) / f"corectl-job-{run.live.ident}"
     # a node's own run under Mitogen when this host's is (CORECTL_ACCELERATOR=mitogen; the payload carries it):
     # mitogen_local keeps one interpreter for the node's modules instead of one per task (docs/scale.md)
     facts = PurePosixPath(run.settings.install_dir) / "facts"
@@ -128,7 +127,7 @@ def _common(run: _Run, secrets: NodeSecrets | None, policy: str, base: Path) -> 
         extravars["slurm_versions_controller_policy"] = policy
     request = replace(run.request, limit=None, extravars=extravars)
     mine = NodeJob("", secrets.files if secrets else {})
-    kwargs = pack(request, base, run.ident, side, secrets.password if secrets else None, mine)
+    kwargs = pack(request, base, run.live.ident, side, secrets.password if secrets else None, mine)
     return _Common(kwargs, zip_message(base), remote)
 
 
@@ -136,7 +135,7 @@ def _job(run: _Run, node: Node, attempt: int) -> Streamed:
     """One node's job (the common part and its own host_vars), streamed to its worker over SSH, followed to its end."""
     assert run.common is not None
     remote, host = run.common.remote, _endpoint(node)
-    work_dir = run.run_dir / "shards" / node.name / str(attempt)
+    work_dir = run.live.run_dir / "shards" / node.name / str(attempt)
     work_dir.mkdir(parents=True, exist_ok=True)
 
     def on_start(worker: Popen[bytes]) -> None:
@@ -150,7 +149,7 @@ def _job(run: _Run, node: Node, attempt: int) -> Streamed:
         kwargs = {**run.common.kwargs, "private_data_dir": str(own), "limit": node.name}
         command = runnerhost.worker_command(run.settings.install_dir, remote, run.digest, "node")
         argv = runnerhost.ssh_argv(run.request.site, host, run.key, command, run.jump)
-        tagged = run.tagged(node.name)
+        tagged = run.live.tagged(node.name)
         done = run_streamed(kwargs, argv, work_dir, tagged, on_start, consume=True, layers=[run.common.layer])
     with run.guard:
         run.active.pop(node.name, None)
@@ -215,10 +214,13 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
     return [o for o, _ in results], [o.name for o, back in results if back]
 
 
-def _here(run: _Run, name: str, hosts: list[str], on_event: EventSink) -> ShardOutcome:
+def _here(run: _Run, name: str, hosts: list[str]) -> ShardOutcome:
+    """Part of the run from this host, as any run here (the service nodes; the nodes unfit for their own job)."""
     started = time.monotonic()
     request = replace(run.request, limit=",".join(hosts))
-    status = run_part(request, run.run_dir / "shards", name, on_event, run.cancel)
+    live = run.live
+    ended = here(live, site_build(request), live.run_dir / "shards", name, live.tagged(name))
+    status = "canceled" if live.cancel() else ended.status
     return ShardOutcome(name, CONTROL_HOST, hosts, status, time.monotonic() - started)
 
 
@@ -233,13 +235,10 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
     services = [t for t in targets(site, request.limit) if t not in set(nodes)]
     key = key_path(site, cluster, "node-local jobs reach the nodes with that key")
     secrets = node_secrets(site, ceph_clients(site)) if request.secrets else None
-    ident, run_dir = new_run_dir(site)
-    tally = Tally()
     controller = _controller(cluster)
     policy: list[str] = []
 
-    def on_event(event: dict[str, Any]) -> None:
-        tally(event)
+    def read_policy(event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
         read = data.get("host") == controller and data.get("task") == VERSION_READ_TASK
         if event.get("event") == "runner_on_ok" and read:
@@ -247,19 +246,19 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
         if sink is not None:
             sink(event)
 
-    clock = Clock()
-    outcomes: list[ShardOutcome] = []
-    with Cancel() as cancel:
+    def transport(live: Live) -> Ended:
         jump = cluster.config.cluster.ssh.jump_host
-        run = _Run(request, settings, ident, run_dir, key, jump, runnerhost.stamp(), on_event, cancel)
-        outcomes.append(_here(run, SERVICES, services, run.tagged(SERVICES)))
+        run = _Run(live, settings, key, jump, runnerhost.stamp())
+        outcomes = [_here(run, SERVICES, services)]
         if outcomes[0].status != "successful":
             outcomes += _not_started(nodes, f"the service nodes' part of the run ended {outcomes[0].status}")
-        else:
-            with tempfile.TemporaryDirectory(prefix="corectl-common-") as base:
-                run.common = _common(run, secrets, policy[-1] if policy else "", Path(base) / "job")
-                done, back = _nodes(run, [by_name[n] for n in nodes])
-            outcomes += done
-            if back and not cancel():
-                outcomes.append(_here(run, FALLBACK, back, run.tagged(FALLBACK)))
-    return finish(request, run_dir, tally, outcomes, cancel, clock)
+            return Ended.of_parts(outcomes)
+        with tempfile.TemporaryDirectory(prefix="corectl-common-") as base:
+            run.common = _common(run, secrets, policy[-1] if policy else "", Path(base) / "job")
+            done, back = _nodes(run, [by_name[n] for n in nodes])
+        outcomes += done
+        if back and not live.cancel():
+            outcomes.append(_here(run, FALLBACK, back))
+        return Ended.of_parts(outcomes)
+
+    return lifecycle.run(request, transport, read_policy)

@@ -12,22 +12,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from corectl.ansible.events import SHARD_KEY, RunResult, failure_detail, reported_change, verbosity
+from corectl.ansible.events import FAILURES, SHARD_KEY, RunResult, failure_detail, outcome, verbosity
+from corectl.ansible.records import Expected
 from corectl.words import counted
-
-FAILURES = ("failed", "unreachable")
-Expected = tuple[int, float]  # a past run like this one: tasks it started, seconds it took
-
-
-def outcome(event: dict[str, Any]) -> str | None:
-    """What a task result says of its host: ok, changed, skipped, failed, unreachable, or ignored
-    (a failure under ignore_errors); None for any other event (starts, loop items, plays)."""
-    kind = event.get("event")
-    if kind == "runner_on_ok":
-        return "changed" if reported_change(event) else "ok"
-    if kind == "runner_on_failed":
-        return "ignored" if (event.get("event_data") or {}).get("ignore_errors") else "failed"
-    return {"runner_on_skipped": "skipped", "runner_on_unreachable": "unreachable"}.get(str(kind))
 
 
 @dataclass
