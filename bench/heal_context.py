@@ -31,7 +31,7 @@ from render_scale import site_with
 from corectl import ansible
 from corectl.ansible.events import HostStats, RunRequest, RunResult
 from corectl.commands import heal as heal_cmd
-from corectl.health.report import CHECK_TASK, HealthResult, health
+from corectl.health.report import RETURNED, HealthResult, health
 from corectl.site import Site, context
 from corectl.site.context import Context
 from corectl.site.model import Cluster
@@ -66,7 +66,8 @@ class Rig:
                     checks.insert(0, {"name": "xid", "status": "fail", "message": "Xid 79 on GPU 0"})
                 report = {"node": host, "ok": self.fixed, "checks": checks}
                 res = {"rc": 0 if self.fixed else 1, "stdout": json.dumps(report)}
-                sink({"event": "runner_on_ok", "event_data": {"host": host, "task": CHECK_TASK, "res": res}})
+                returned = {RETURNED: {host: res}}  # what playbooks/health.yml hands back (set_stats)
+                sink({"event": "playbook_on_stats", "event_data": {"artifact_data": returned}})
         stats = {host: HostStats(ok=1) for host in hosts}
         return RunResult("successful", 0, stats, Path(tempfile.gettempdir()), 0.0)
 

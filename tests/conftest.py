@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -79,6 +80,12 @@ def prod_copy(tmp_path: Path) -> Path:
     site.mkdir()
     shutil.copy(ROOT / "inventories" / "prod" / "cluster.yml", site / "cluster.yml")
     return site
+
+
+def returned(key: str, host: str, value: Any) -> dict[str, Any]:
+    """The stats event with which a playbook hands ``value`` back for ``host`` under ``key`` (set_stats, read by
+    corectl.ansible.events.Returned): what a fake run sends its sink."""
+    return {"event": "playbook_on_stats", "event_data": {"artifact_data": {key: {host: value}}}}
 
 
 def probe_project(tmp_path: Path, playbook: str, hosts: tuple[str, ...] = ("localhost",)) -> Site:

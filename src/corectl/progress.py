@@ -17,29 +17,6 @@ from corectl.ansible.records import Expected
 from corectl.words import counted
 
 
-@dataclass
-class TaskResults:
-    """Each host's result of one named task, picked from a run's events on their way to ``sink``.
-
-    Health and burn-in results travel this way (not as files written on the control host), so
-    a run fanned out to runner hosts reports them like a local one."""
-
-    task: str
-    sink: Callable[[dict[str, Any]], None]
-    by_host: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> the task's `res`
-    unreachable: dict[str, str] = field(default_factory=dict)  # host -> "unreachable: <first line>"
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        data = event.get("event_data") or {}
-        host, res, kind = data.get("host"), data.get("res") or {}, event.get("event")
-        if host and kind == "runner_on_unreachable":
-            lines = str(res.get("msg") or "unreachable").strip().splitlines()
-            self.unreachable[str(host)] = f"unreachable: {lines[0] if lines else ''}"
-        elif host and kind in ("runner_on_ok", "runner_on_failed") and data.get("task") == self.task:
-            self.by_host[str(host)] = res
-        self.sink(event)
-
-
 def warning_text(warning: object) -> str:
     """A module warning as a task result carries it: a string, or (ansible-core 2.19's result
     profiles) a mapping with the text under event.msg or msg."""

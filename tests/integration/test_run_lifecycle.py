@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ROOT, probe_project
 from corectl import ansible, store
-from corectl.ansible.events import RunRequest, RunResult
+from corectl.ansible.events import Returned, RunRequest, RunResult
 from corectl.ansible.remote import runnerhost
 from corectl.site import Site
 from corectl.site.inventory import render_site
@@ -33,8 +33,14 @@ PROBE = """\
   gather_facts: false
   tasks:
     - name: Look at the node
-      ansible.builtin.command: "true"
+      ansible.builtin.command: echo "{{ inventory_hostname }} looked at"
+      register: probe_look
       changed_when: false
+    - name: Hand what was seen back to corectl
+      ansible.builtin.set_stats:
+        data:
+          corectl_probe: "{{ {inventory_hostname: probe_look} }}"
+        per_host: false
     - name: Only on the GPU nodes
       ansible.builtin.debug:
         msg: a GPU node
@@ -82,8 +88,13 @@ def _run(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Ru
     cluster, _ = render_site(site, check_only=False)
     monkeypatch.setattr(runnerhost, "ssh_argv", _here)
     events: list[dict[str, Any]] = []
+    returned = Returned("corectl_probe", events.append)
     request = RunRequest(site=site, limit=LIMIT, extravars=dict(LOCAL), secrets=False)
-    result = ansible.run(request, events.append, cluster=cluster)
+    result = ansible.run(request, returned, cluster=cluster)
+    # what each host handed back (set_stats), merged over the run's parts, whichever way it ran
+    assert {host: res["stdout"] for host, res in returned.by_host.items()} == {
+        host: f"{host} looked at" for host in LIMIT.split(",")
+    }
     assert result.ok, (result.status, result.failure_lines(), [s.error for s in result.shards])
     record = json.loads((result.artifact_dir / "corectl.json").read_text())
     assert [row["id"] for row in store.runs(site)] == [result.artifact_dir.name]  # in the index, once
@@ -109,7 +120,7 @@ def test_every_way_of_running_ends_in_the_same_record(
     result, record, site = _run(tmp_path, kind, monkeypatch)
     assert {k: record[k] for k in SAME} == {k: here_record[k] for k in SAME}
     assert result.hosts == here.hosts and sorted(result.hosts) == sorted(LIMIT.split(","))
-    assert here.hosts["head01"].skipped == 1 and here.hosts["dgx01"].ok == 2  # counts of the probe, not zeros
+    assert here.hosts["head01"].skipped == 1 and here.hosts["dgx01"].ok == 3  # counts of the probe, not zeros
     # the record names each part and where it ran; each part's artifacts are in the run's folder
     assert len(record["shards"]) == parts and all(s["status"] == "successful" for s in record["shards"])
     assert sorted(h for s in record["shards"] for h in s["hosts"]) == sorted(LIMIT.split(","))

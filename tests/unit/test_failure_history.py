@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, returned
 from corectl import store
 from corectl.ansible.events import HostStats, RunRequest, RunResult
 from corectl.cli import app
@@ -438,7 +438,7 @@ def fake_health(monkeypatch: pytest.MonkeyPatch, site: Site) -> str:
     def run_site(request: RunRequest, sink: Any = None, **_: Any) -> RunResult:
         for node, said in [("dgx01", report("dgx01")), ("dgx07", report("dgx07", ("xid", XID), ("ecc", ECC)))]:
             res = {"rc": 0 if said["ok"] else 1, "stdout": json.dumps(said)}
-            sink({"event": "runner_on_ok", "event_data": {"host": node, "task": health_mod.CHECK_TASK, "res": res}})
+            sink(returned(health_mod.RETURNED, node, res))
         hosts = {"dgx01": HostStats(ok=1), "dgx07": HostStats(ok=1)}
         return RunResult("successful", 0, hosts, site.runs_dir / run_id, 1.0)
 

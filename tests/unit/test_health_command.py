@@ -11,11 +11,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from conftest import returned
 from corectl.ansible.events import HostStats, RunRequest, RunResult
 from corectl.cli import app
 from corectl.health import report as health_mod
 from corectl.health.report import (
-    CHECK_TASK,
+    RETURNED,
     check_columns,
     collect,
     health_json,
@@ -72,7 +73,7 @@ def test_normalize_recomputes_ok_and_cleans_up():
 
 
 def test_a_report_comes_from_the_check_tasks_result():
-    """What the event stream carries of `Run corectl-health-check` (command module results)."""
+    """What playbooks/health.yml hands back of its check (command module results)."""
     assert report_from_result("dgx01", {"rc": 0, "stdout": json.dumps(HEALTHY)})["ok"] is True
     assert report_from_result("dgx02", {"rc": 1, "stdout": json.dumps(LOST_GPU)})["ok"] is False
     broken = report_from_result("dgx03", {"rc": 0, "stdout": "{not json"})
@@ -208,9 +209,9 @@ def test_json_shape():
 
 
 def check_event(host: str, report: dict[str, Any], rc: int) -> dict[str, Any]:
-    """The event of playbooks/health.yml's check task on ``host``, its checker having said ``report``."""
+    """What playbooks/health.yml hands back for ``host``, its checker having said ``report``."""
     res = {"rc": rc, "stdout": json.dumps(report), "stderr": "", "cmd": ["/usr/local/sbin/corectl-health-check"]}
-    return {"event": "runner_on_ok", "event_data": {"host": host, "task": CHECK_TASK, "res": res}}
+    return returned(RETURNED, host, res)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from conftest import returned
 from corectl.commands.upgrade import batches, rollout_order
 from corectl.errors import CorectlError, ValidationFailed
 from corectl.node_state import NodeState
@@ -180,8 +181,7 @@ def test_burn_in_reads_each_nodes_result_from_the_event_stream(prod_copy: Path, 
         if request.playbook != "burn-in.yml":
             return RunResult("successful", 0, {}, Path("/nonexistent/run"), 1.0)
         for host, raw in said.items():
-            res = {"ansible_facts": {"burn_in_result": raw}}
-            sink({"event": "runner_on_ok", "event_data": {"host": host, "task": burnin.RESULT_TASK, "res": res}})
+            sink(returned(burnin.RETURNED, host, raw))
         sink({"event": "runner_on_ok", "event_data": {"host": "dgx03", "task": "Read the node's Slurm state"}})
         return RunResult("successful", 0, {}, Path("/nonexistent/run"), 1.0)
 

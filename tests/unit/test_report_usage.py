@@ -16,10 +16,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import ROOT
+from corectl.ansible import Returned
 from corectl.cli import app
 from corectl.commands import failures as failures_cmd
 from corectl.health import charts, page, usage, usage_read
-from corectl.progress import TaskResults
 from corectl.site import Site, render
 from corectl.site.context import Context
 from corectl.slurm import SlurmStatus
@@ -133,7 +133,7 @@ def test_the_page_says_what_could_not_be_read():
 
 
 def test_what_the_head_answered_or_why_not():
-    sacct = TaskResults(usage_read.SACCT_TASK, lambda _e: None)
+    sacct = Returned(usage_read.SACCT, lambda _e: None)
     sacct.unreachable["head01"] = "unreachable: Failed to connect to the host via ssh"
     assert usage_read.usage_from("head01", sacct) == (
         None,
@@ -141,7 +141,7 @@ def test_what_the_head_answered_or_why_not():
     )
     sacct.by_host["head01"] = {"rc": 0, "stdout": SACCT}
     assert usage_read.usage_from("head01", sacct)[0] == sample_read().usage
-    prometheus = TaskResults(usage_read.PROMETHEUS_TASK, lambda _e: None)
+    prometheus = Returned(usage_read.PROMETHEUS, lambda _e: None)
     prometheus.by_host["head01"] = {"failed": True, "msg": "Status code was -1: Connection refused"}
     assert usage_read.utilisation_from("head01", prometheus) == (
         None,

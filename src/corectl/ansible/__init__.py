@@ -11,7 +11,15 @@ read back), and `remote/` (shards, job packs, runner hosts; the fanned and node-
 
 from __future__ import annotations
 
-from corectl.ansible.events import EventSink, RunRequest, RunResult, changed_paths, failure_detail, reported_change
+from corectl.ansible.events import (
+    EventSink,
+    Returned,
+    RunRequest,
+    RunResult,
+    changed_paths,
+    failure_detail,
+    reported_change,
+)
 from corectl.ansible.remote import nodelocal
 from corectl.ansible.remote.fanout import run_fanned
 from corectl.ansible.runner import run_playbook, run_standalone
@@ -20,6 +28,7 @@ from corectl.site.model import Cluster
 
 __all__ = [
     "EventSink",
+    "Returned",
     "RunRequest",
     "RunResult",
     "changed_paths",

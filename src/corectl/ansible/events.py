@@ -1,6 +1,6 @@
 """A run as corectl sees it: what was asked (RunRequest), what came of it (RunResult, per host, per shard),
-and what its events say, classified once (Tally, reported_change, failure_detail, changed_paths), for the
-runner that records a run and the live progress that shows it."""
+and what its events say, classified once (outcome, Tally, reported_change, failure_detail, changed_paths) and what
+its playbooks hand back (Returned), for the lifecycle that records a run and the live progress that shows it."""
 
 from __future__ import annotations
 
@@ -222,6 +222,35 @@ class Tally:
         if result in FAILURES and host not in self.messages:
             detail = failure_detail(data, unreachable=result == "unreachable")
             self.messages[host] = f"{data.get('task', '')}: {detail}"[:300]
+
+
+class Returned:
+    """What a playbook hands back to corectl under ``key``: the one way data comes back from a run.
+
+    The playbook returns it with ansible.builtin.set_stats (per_host: false, the default aggregate: true), each
+    host adding itself, ``data: {key: "{{ {inventory_hostname: value} }}"}``; ansible-runner delivers the merged
+    mapping as the artifact data of the stats event at the end of each playbook (one per part of a fanned or
+    node-local run: merged here). Hosts that could not be reached return nothing and are named in ``unreachable``.
+    Events go on to ``sink``.
+    """
+
+    def __init__(self, key: str, sink: EventSink) -> None:
+        self.key = key
+        self.sink = sink
+        self.by_host: dict[str, Any] = {}
+        self.unreachable: dict[str, str] = {}  # host -> "unreachable: <first line>"
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        kind, host = event.get("event"), data.get("host")
+        if kind == "runner_on_unreachable" and host:
+            lines = str((data.get("res") or {}).get("msg") or "unreachable").strip().splitlines()
+            self.unreachable[str(host)] = f"unreachable: {lines[0] if lines else ''}"
+        elif kind == "playbook_on_stats":
+            returned = (data.get("artifact_data") or {}).get(self.key)
+            if isinstance(returned, dict):
+                self.by_host.update({str(name): value for name, value in returned.items()})
+        self.sink(event)
 
 
 class CpuClock:

@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from corectl import ansible
-from corectl.ansible import RunRequest
+from corectl.ansible import Returned, RunRequest
 from corectl.errors import CorectlError
-from corectl.progress import LiveProgress, TaskResults
+from corectl.progress import LiveProgress
 from corectl.site import Site
 from corectl.site.context import Context
 
-RESULT_TASK = "Run the backup program"  # playbooks/backup.yml
+RETURNED = "corectl_backup"  # playbooks/backup.yml hands the program's answer back under it
 # the site directory's entries a backup leaves out: the vault password (a backup keeps secrets encrypted, and the
 # key elsewhere), the lab's containers, caches, the lock, and the history database (added as a consistent copy)
 LEFT_OUT = frozenset({".vault-pass", ".lab", ".facts", ".lock", ".history.sqlite"})
@@ -83,7 +83,7 @@ def backup(ctx: Context, console: Console, list_only: bool) -> Backups:
             fan_out=False,
         )
         with LiveProgress(console, f"backup {site.name}") as progress:
-            recorded = TaskResults(RESULT_TASK, progress)
+            recorded = Returned(RETURNED, progress)
             ansible.run(request, recorded, cluster=cluster)
     res = recorded.by_host.get(head) or {}
     if res.get("rc") != 0:

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from corectl import ansible, slurm
-from corectl.ansible import RunRequest
+from corectl.ansible import Returned, RunRequest
 from corectl.drain_reason import DrainReason
-from corectl.progress import LiveProgress, TaskResults
+from corectl.progress import LiveProgress
 from corectl.site.context import Context
 
 CHECK = "nccl"  # the checker's check the burn-in job runs (roles/node_health/files/health_check/nccl.py)
@@ -55,7 +55,7 @@ def judge(raw: dict) -> BurnIn:
     return BurnIn(node, "fail", message, before)  # fail, or interrupted (the job was cancelled)
 
 
-RESULT_TASK = "Record the node's burn-in result"  # playbooks/burn-in.yml: its fact is the node's result
+RETURNED = "corectl_burn_in"  # playbooks/burn-in.yml hands each node's result back under it
 
 
 def burn_in(ctx: Context, console: Console, *, limit: str | None = None) -> list[BurnIn]:
@@ -70,10 +70,9 @@ def burn_in(ctx: Context, console: Console, *, limit: str | None = None) -> list
         extravars={"corectl_burn_in_unknown_reason": str(DrainReason.burn_in("drained before it"))},
     )
     with LiveProgress(console, f"burn-in {site.name}") as progress:
-        recorded = TaskResults(RESULT_TASK, progress)
+        recorded = Returned(RETURNED, progress)
         ansible.run(request, recorded, cluster=cluster)
-    facts = {host: res.get("ansible_facts") or {} for host, res in sorted(recorded.by_host.items())}
-    results = [judge(fact["burn_in_result"]) for fact in facts.values() if "burn_in_result" in fact]
+    results = [judge(result) for _, result in sorted(recorded.by_host.items()) if isinstance(result, dict)]
     table = Table(title="burn-in: NCCL all_reduce bus bandwidth (the nccl check)")
     for column in ("node", "result", "message"):
         table.add_column(column)

@@ -9,12 +9,11 @@ import re
 from rich.console import Console
 
 from corectl import ansible
-from corectl.ansible import RunRequest
+from corectl.ansible import Returned, RunRequest
 from corectl.errors import CorectlError
-from corectl.progress import TaskResults
 from corectl.site.context import Context
 
-RESULT_TASK = "Read the node's logs"  # playbooks/logs.yml
+RETURNED = "corectl_logs"  # playbooks/logs.yml hands the reader's answer back under it
 DURATION = re.compile(r"^(\d{1,6})([smhd])$")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -46,7 +45,7 @@ def logs(ctx: Context, console: Console, node: str, since: str | None, grep: str
         ctx, playbook="logs.yml", command=f"logs {node}", limit=host, extravars=extravars, secrets=False,
         fan_out=False,
     )  # fmt: skip
-    read = TaskResults(RESULT_TASK, lambda _event: None)
+    read = Returned(RETURNED, lambda _event: None)
     ansible.run(request, read, cluster=cluster)
     res = read.by_host.get(host) or {}
     if res.get("rc") == 1:

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from rich.console import Console
 
 from corectl import ansible
-from corectl.ansible import RunRequest
+from corectl.ansible import Returned, RunRequest
 from corectl.errors import CorectlError
-from corectl.progress import LiveProgress, TaskResults
+from corectl.progress import LiveProgress
 from corectl.site.context import Context
 
-CHECK_TASK = "Check that the backup can be restored"  # playbooks/restore.yml
-RESULT_TASK = "Restore the database and slurmctld's saved state"
+# what playbooks/restore.yml hands back: the check's answer, then the restore's
+CHECKED, RESTORED = "corectl_restore_check", "corectl_restore"
 REFUSED = 3  # corectl-backup's exit code for a restore it refused, nothing changed
 
 
@@ -54,8 +54,8 @@ def restore(ctx: Context, console: Console, backup: str | None, force: bool) -> 
         fan_out=False,
     )
     with LiveProgress(console, f"restore {site.name}") as progress:
-        restored = TaskResults(RESULT_TASK, progress)
-        checked = TaskResults(CHECK_TASK, restored)
+        restored = Returned(RESTORED, progress)
+        checked = Returned(CHECKED, restored)
         run = ansible.run(request, checked, cluster=cluster)
     said = checked.by_host.get(head) or {}
     if said.get("rc") == REFUSED:

@@ -11,13 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from corectl import ansible
-from corectl.ansible import RunRequest
+from corectl.ansible import Returned, RunRequest
 from corectl.errors import CorectlError
-from corectl.progress import LiveProgress, TaskResults
+from corectl.progress import LiveProgress
 from corectl.site.context import Context
 from corectl.slurm import compute_names
 
-RESULT_TASK = "Run a validation round and wait for its jobs"  # playbooks/validate-nodes.yml
+RETURNED = "corectl_validate"  # playbooks/validate-nodes.yml hands the round's answer back under it
 FAILED = ("fail", "error", "suspect")
 
 
@@ -46,7 +46,7 @@ def validate_nodes(ctx: Context, console: Console, nodes: str | None, pairwise: 
         fan_out=False,
     )
     with LiveProgress(console, f"validate-nodes {site.name}") as progress:
-        recorded = TaskResults(RESULT_TASK, progress)
+        recorded = Returned(RETURNED, progress)
         ansible.run(request, recorded, cluster=cluster)
     res = recorded.by_host.get(controller) or {}
     if res.get("rc") not in (0, 1):  # 0: every node passed, 1: a node failed; else the program could not run

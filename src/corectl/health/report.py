@@ -17,10 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from corectl import ansible
-from corectl.ansible import RunRequest, RunResult
+from corectl.ansible import Returned, RunRequest, RunResult
 from corectl.errors import CorectlError
 from corectl.health import failures
-from corectl.progress import LiveProgress, TaskResults, summary_table
+from corectl.progress import LiveProgress, summary_table
 from corectl.site import Site
 from corectl.site.context import Context
 from corectl.words import counted
@@ -107,7 +107,7 @@ def normalize(node: str, data: Any) -> Report:
     return {"node": node, "ok": ok, "checks": checks}
 
 
-CHECK_TASK = "Run corectl-health-check"  # playbooks/health.yml: its result is the node's report
+RETURNED = "corectl_health"  # playbooks/health.yml hands each node's checker result back under it
 CHECKER = "/usr/local/sbin/corectl-health-check"
 
 
@@ -281,7 +281,7 @@ def health(
         secrets=False,
     )
     with LiveProgress(console, f"health {site.name}") as progress:
-        checks = TaskResults(CHECK_TASK, progress)
+        checks = Returned(RETURNED, progress)
         run = ansible.run(request, checks, cluster=cluster)
     found = {host: report_from_result(host, res) for host, res in checks.by_host.items()}
     reports = collect(found, run.hosts, checks.unreachable)

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from corectl import ansible
-from corectl.ansible import RunRequest
+from corectl.ansible import Returned, RunRequest
 from corectl.errors import CorectlError
 from corectl.health.usage import (
     UTILISATION_QUERY,
@@ -21,11 +21,10 @@ from corectl.health.usage import (
     step_for,
     usage,
 )
-from corectl.progress import TaskResults
 from corectl.site.context import Context
 
-SACCT_TASK = "Read the accounting of the period"  # playbooks/report.yml
-PROMETHEUS_TASK = "Read the utilisation series"
+# what playbooks/report.yml hands back: sacct's answer on the controller, Prometheus's on the monitoring node
+SACCT, PROMETHEUS = "corectl_sacct", "corectl_prometheus"
 
 
 def extravars(since: datetime, until: datetime) -> dict[str, Any]:
@@ -41,7 +40,7 @@ def extravars(since: datetime, until: datetime) -> dict[str, Any]:
     }
 
 
-def _why(host: str, read: TaskResults) -> str:
+def _why(host: str, read: Returned) -> str:
     """One line: why ``host`` gave no usable answer."""
     if host in read.unreachable:
         return f"{host} {read.unreachable[host]}"
@@ -52,7 +51,7 @@ def _why(host: str, read: TaskResults) -> str:
     return f"{host}: {said[-1] if said else 'failed'}"
 
 
-def usage_from(host: str, read: TaskResults) -> tuple[Usage | None, str]:
+def usage_from(host: str, read: Returned) -> tuple[Usage | None, str]:
     res = read.by_host.get(host)
     if res is None or res.get("failed") or res.get("rc") != 0:
         return None, f"usage not read: {_why(host, read)}"
@@ -62,7 +61,7 @@ def usage_from(host: str, read: TaskResults) -> tuple[Usage | None, str]:
         return None, f"usage not read: {host}'s sacct: {exc}"
 
 
-def utilisation_from(host: str, read: TaskResults) -> tuple[Utilisation | None, str]:
+def utilisation_from(host: str, read: Returned) -> tuple[Utilisation | None, str]:
     res = read.by_host.get(host)
     if res is None or res.get("failed"):
         return None, f"utilisation not read: {_why(host, read)}"
@@ -85,8 +84,8 @@ def read_usage(ctx: Context, since: datetime, until: datetime) -> UsageRead:
     no_series = "utilisation: the site has no Prometheus (cluster.yml monitoring.prometheus on a monitoring node)"
     if not accounting and not monitoring:
         return UsageRead(None, None, no_usage, no_series)
-    sacct = TaskResults(SACCT_TASK, lambda _event: None)
-    prometheus = TaskResults(PROMETHEUS_TASK, sacct)
+    sacct = Returned(SACCT, lambda _event: None)
+    prometheus = Returned(PROMETHEUS, sacct)
     request = RunRequest.of(
         ctx, playbook="report.yml", command="report", limit=",".join(dict.fromkeys(accounting + monitoring)),
         extravars=extravars(since, until), secrets=False, fan_out=False,

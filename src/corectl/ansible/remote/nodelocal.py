@@ -36,7 +36,7 @@ from subprocess import Popen
 from typing import Any
 
 from corectl.ansible import lifecycle
-from corectl.ansible.events import EventSink, RunRequest, RunResult, ShardOutcome
+from corectl.ansible.events import EventSink, Returned, RunRequest, RunResult, ShardOutcome
 from corectl.ansible.lifecycle import Ended, Live
 from corectl.ansible.remote import runnerhost
 from corectl.ansible.remote.fanout import runner_accelerator, targets
@@ -52,8 +52,8 @@ from corectl.site.model_services import RunnerHost
 CONTROL_HOST = "control host"
 SERVICES = "services"
 FALLBACK = "control-host"
-# roles/slurm/tasks/versions.yml: the controller's result of this task is what each node's check compares with
-VERSION_READ_TASK = "Read the Slurm versions the node has or would install"
+# roles/slurm/tasks/versions.yml: the controller hands back under it what each node's check compares with
+POLICY = "corectl_slurm_policy"
 
 
 def chosen(request: RunRequest, cluster: Cluster) -> list[str]:
@@ -236,15 +236,8 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
     key = key_path(site, cluster, "node-local jobs reach the nodes with that key")
     secrets = node_secrets(site, ceph_clients(site)) if request.secrets else None
     controller = _controller(cluster)
-    policy: list[str] = []
-
-    def read_policy(event: dict[str, Any]) -> None:
-        data = event.get("event_data") or {}
-        read = data.get("host") == controller and data.get("task") == VERSION_READ_TASK
-        if event.get("event") == "runner_on_ok" and read:
-            policy.append(str((data.get("res") or {}).get("stdout", "")))
-        if sink is not None:
-            sink(event)
+    # the controller's read of its Slurm versions, handed back by the services' part (roles/slurm/tasks/versions.yml)
+    policy = Returned(POLICY, sink or (lambda _event: None))
 
     def transport(live: Live) -> Ended:
         jump = cluster.config.cluster.ssh.jump_host
@@ -254,11 +247,11 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
             outcomes += _not_started(nodes, f"the service nodes' part of the run ended {outcomes[0].status}")
             return Ended.of_parts(outcomes)
         with tempfile.TemporaryDirectory(prefix="corectl-common-") as base:
-            run.common = _common(run, secrets, policy[-1] if policy else "", Path(base) / "job")
+            run.common = _common(run, secrets, str(policy.by_host.get(controller, "")), Path(base) / "job")
             done, back = _nodes(run, [by_name[n] for n in nodes])
         outcomes += done
         if back and not live.cancel():
             outcomes.append(_here(run, FALLBACK, back))
         return Ended.of_parts(outcomes)
 
-    return lifecycle.run(request, transport, read_policy)
+    return lifecycle.run(request, transport, policy)
