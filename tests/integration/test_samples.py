@@ -779,13 +779,42 @@ def test_pcie_judges_only_busy_gpus():
     )
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_pcie(CannedNode({("nvidia-smi", "-q"): slow}, gpu_count=1))
-    assert str(failed.value) == "GPU 0 PCIe x8 of x16; GPU 0 PCIe Gen3 of Gen5 (under load)"
+    assert str(failed.value) == "GPU 0 PCIe x8 of x16 while busy; GPU 0 PCIe Gen3 of Gen5 while busy"
     replays = q.replace(
         "        Replays Since Reset               : 0", "        Replays Since Reset               : 101"
     )
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_pcie(CannedNode({("nvidia-smi", "-q"): replays}, gpu_count=1))
-    assert str(failed.value) == "GPU 0 101 PCIe replays (max 100) (under load)"
+    assert str(failed.value) == "GPU 0 101 PCIe replays (max 100)"
+
+
+def test_gpus_are_named_by_their_index_not_their_minor_number():
+    """Issue 47: on a real 8-GPU host the index (nvidia-smi's table, --query-gpu, CUDA_VISIBLE_DEVICES) is the bus
+    order, while -q's Minor Number (/dev/nvidia<N>) runs otherwise: index 0 at 01:00.0 is minor 3, index 3 at
+    61:00.0 is minor 0. Messages built from -q name the index."""
+    q = sample("nvidia-smi-q.rtx4090-8gpu.550.127.05.trimmed.txt")
+    rows = re.findall(
+        r"^\|\s+(\d+)\s+NVIDIA.*?\|\s+(\S+) ", sample("nvidia-smi.rtx4090-8gpu.550.127.05.gpu-rows.txt"), re.M
+    )
+    query = "\n".join(
+        f"{index}, {bus}" for index, bus in rows
+    )  # the table's index and bus id, as --query-gpu says them
+    assert [gpu["Minor Number"] for gpu in hc.q_gpus(q)] == ["3", "2", "1", "0", "7", "6", "5", "4"]
+    # GPU index 0 (minor 3) replayed too often; GPU index 3 (minor 0) busy at Gen1 of Gen4
+    sections = q.split("GPU 00000000:")
+    sections[1] = sections[1].replace(
+        "Replays Since Reset               : 0", "Replays Since Reset               : 101"
+    )
+    sections[4] = sections[4].replace(
+        "Idle                              : Active", "Idle                              : Not Active"
+    )
+    canned = {
+        ("nvidia-smi", "-q"): "GPU 00000000:".join(sections),
+        ("nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader,nounits"): query,
+    }
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_pcie(CannedNode(canned, gpu_count=8))
+    assert str(failed.value) == "GPU 0 101 PCIe replays (max 100); GPU 3 PCIe Gen1 of Gen4 while busy"
 
 
 # --------------------------------------------------------------------------- EDAC, AER, IB counters (issue 33)
@@ -811,12 +840,70 @@ def test_edac_counters_of_a_real_server(tmp_path: Path):
     tree = sysfs_from_listing(sample("edac-find-cat-ce-ue-netdata-serverB.txt"), tmp_path)
     root = tree / "sys" / "devices" / "system" / "edac" / "mc"
     assert hc.edac_counts(root) == {"mc0": (0, 0)}  # one controller, four csrows (their counts: the rows')
-    node = CannedNode({}, edac_sysfs_root=str(root))
-    assert hc.check_edac(node) == "no uncorrectable memory errors on 1 memory controllers (0 corrected)"
+    node = CannedNode({("journal",): ""}, edac_sysfs_root=str(root), xid_command=["journal"])
+    assert hc.check_edac(node) == (
+        "no uncorrectable memory errors on 1 memory controllers (0 corrected), none logged in the last 3600 s"
+    )
     (root / "mc0" / "ue_count").write_text("2\n")  # the same tree with two uncorrectable errors
     with pytest.raises(hc.CheckFailed) as failed:
         hc.check_edac(node)
     assert str(failed.value).startswith("mc0: 2 uncorrectable memory errors (max 0) [kept since ")
+
+
+@pytest.mark.parametrize(
+    ("name", "errors"),
+    [
+        # Intel skx/i10nm (an injected error), then a production UE followed by a CE storm whose console lines break
+        # mid-word, then AMD's amd64_edac, whose UE names no kind of error and which the UMC calls "Deferred"
+        (
+            "dmesg-edac-ue-skx-einj.lkml-2021-08-12.txt",
+            [("mc3", 1, "memory read error", "CPU_SrcID#0_MC#3_Chan#0_DIMM#0")],
+        ),
+        (
+            "dmesg-edac-ue-then-ce-storm.lkml-2023-08-28.txt",
+            [("mc0", 1, "memory read error", "CPU_SrcID#0_MC#0_Chan#1_DIMM#0")],
+        ),
+        ("dmesg-edac-ue-amd64-zen.k8s-homelab.txt", [("mc0", 1, "memory error", "mc#0csrow#0channel#0")]),
+    ],
+)
+def test_uncorrectable_memory_errors_of_real_kernel_logs(name: str, errors: list[tuple[str, int, str, str]]):
+    assert hc.logged_ue(sample(name)) == errors
+
+
+def test_an_uncorrectable_memory_error_that_crashed_the_node_is_found_in_the_kernel_log(tmp_path: Path):
+    """Issue 47: after the reboot EDAC's counters are 0 again (the real server's listing), and only the persistent
+    kernel log (journalctl -k reads the boots before this one too) still holds the error: it fails the node, kept,
+    naming the DIMM, and the same error logged twice (the capture's two signals) is one record."""
+    tree = sysfs_from_listing(sample("edac-find-cat-ce-ue-netdata-serverB.txt"), tmp_path)
+    root = tree / "sys" / "devices" / "system" / "edac" / "mc"
+    log = sample("dmesg-edac-ue-skx-einj.lkml-2021-08-12.txt")
+    ue_line = next(line for line in log.splitlines() if " UE " in line)
+    node = CannedNode({("journal",): log + ue_line + "\n"}, edac_sysfs_root=str(root), xid_command=["journal"])
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_edac(node)
+    assert str(failed.value).startswith(
+        "mc3: 1 uncorrectable memory read error logged by the kernel on CPU_SrcID#0_MC#3_Chan#0_DIMM#0 [kept since "
+    )
+    assert [r["key"] for r in hc.read_sticky(node.config)["records"]] == ["edac log mc3 CPU_SrcID#0_MC#3_Chan#0_DIMM#0"]
+    # corrected errors only (the storm's CE lines without its UE): nothing to judge
+    storm = "\n".join(line for line in sample("dmesg-edac-ue-then-ce-storm.lkml-2023-08-28.txt").splitlines()
+                      if " UE " not in line)  # fmt: skip
+    calm = CannedNode({("journal",): storm}, edac_sysfs_root=str(root), xid_command=["journal"])
+    assert hc.check_edac(calm).endswith("(0 corrected), none logged in the last 3600 s")
+
+
+def test_the_dimm_that_holds_an_uncorrectable_error_is_named(tmp_path: Path):
+    """Per-DIMM counters (a real AMD host's rank directories, each labelled by the platform): the controller's count
+    fails the node and the message names the DIMM whose own count holds it (the test writes the counts)."""
+    root = sysfs_from_listing(sample("edac-grep-r-rank-dirs.amd-f17h.lkml-2021-11-11.txt"), tmp_path)
+    mc = root / "sys" / "devices" / "system" / "edac" / "mc"
+    (mc / "mc0" / "ue_count").write_text("1\n")
+    assert hc.dimm_counts(mc) == {"mc0": [("mc#0csrow#2channel#1", 0, 0), ("mc#0csrow#3channel#1", 0, 0)]}
+    (mc / "mc0" / "rank7" / "dimm_ue_count").write_text("1\n")
+    node = CannedNode({("journal",): ""}, edac_sysfs_root=str(mc), xid_command=["journal"])
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_edac(node)
+    assert str(failed.value).startswith("mc0: 1 uncorrectable memory errors (max 0) on mc#0csrow#3channel#1 (1) [kept")
 
 
 @pytest.mark.parametrize(
@@ -859,6 +946,51 @@ def test_ib_counters_of_a_real_h100_port(tmp_path: Path):
             "excessive_buffer_overrun_errors": 15,
         }
     }
+
+
+def real_port(root: Path, **values: int) -> Path:
+    """/sys/class/infiniband of one InfiniBand port whose counters are the real ConnectX-7 capture's, some changed."""
+    port = root / "mlx5_1" / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (port / "link_layer").write_text("InfiniBand\n")
+    text = sample("ib-counters-mlx5_1-cx7-gpud-pr943.txt")
+    for name, value in {**dict(re.findall(r"^=== \./(\S+) ===\n(\S+)$", text, flags=re.M)), **values}.items():
+        (port / "counters" / name).write_text(f"{value}\n")
+    return root
+
+
+def test_a_real_port_whose_link_downed_counter_is_at_its_maximum_fails(tmp_path: Path):
+    """Issue 47: the real port's link_downed is 255, its 8-bit maximum (IBA PortCounters): it can never rise again,
+    so a check that looks only for increases would pass it forever. It fails, kept; its other saturated counters,
+    excessive_buffer_overrun_errors (15, 4 bits) and port_xmit_discards (65535, 16 bits), are warnings."""
+    node = CannedNode({}, ib_sysfs_root=str(real_port(tmp_path / "sys")), ib_ports=1)
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_ib_errors(node)
+    assert str(failed.value).startswith(
+        "mlx5_1/1 link_downed at its maximum 255: its link flaps can no longer be counted (reset the port's counters "
+        "with perfquery -R once the cause is found) [kept since "
+    )
+    reset = CannedNode({}, ib_sysfs_root=str(real_port(tmp_path / "reset", link_downed=0)), ib_ports=1)
+    assert hc.check_ib_errors(reset) == (
+        "warning: mlx5_1/1 excessive_buffer_overrun_errors at its maximum 15; mlx5_1/1 port_xmit_discards at its "
+        "maximum 65535 (reset the port's counters with perfquery -R once the cause is found); 1 IB ports' error "
+        "counters read (first run: nothing to compare)"
+    )
+
+
+def test_transmit_discards_are_judged_against_their_own_limit(tmp_path: Path):
+    """port_xmit_discards (reset here: the real port's is at its maximum) may grow by ib_xmit_discards_increase_max
+    between runs: a busy fabric discards some; more is kept like any counter's jump."""
+    root = real_port(tmp_path / "sys", link_downed=0, excessive_buffer_overrun_errors=0, port_xmit_discards=0)
+    node = CannedNode({}, ib_sysfs_root=str(root), ib_ports=1, ib_xmit_discards_increase_max=100)
+    assert hc.check_ib_errors(node).startswith("1 IB ports' error counters read (first run")
+    discards = root / "mlx5_1" / "ports" / "1" / "counters" / "port_xmit_discards"
+    discards.write_text("100\n")  # at the limit: still fine
+    assert hc.check_ib_errors(node).startswith("no IB error counter jumped")
+    discards.write_text("250\n")
+    with pytest.raises(hc.CheckFailed) as failed:
+        hc.check_ib_errors(node)
+    assert re.match(r"mlx5_1/1 port_xmit_discards \+150 since \S+ \(max 100\) \[kept since ", str(failed.value))
 
 
 def nvme_tree(root: Path, drives: int) -> Path:

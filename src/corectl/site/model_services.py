@@ -111,6 +111,7 @@ HealthThreshold = Literal[
     "edac_ue_max",
     "ib_error_increase_max",
     "ib_link_downed_max",
+    "ib_xmit_discards_increase_max",
     "clock_unsynced_grace_s",
 ]
 # of these, the ones 0 would turn off unnoticed (a kernel log window of 0 s reads no Xid at all)

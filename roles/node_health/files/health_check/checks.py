@@ -78,7 +78,11 @@ CHECKS: list[Check] = [
     Check("aer", check_aer),
     Check("edac", check_edac, ("edac_sysfs_root", "edac_ue_max")),
     Check("ib", check_ib, ("ib_sysfs_root", "ib_rate_gbps", "ib_ports")),
-    Check("ib-errors", check_ib_errors, ("ib_error_counters", "ib_error_increase_max", "ib_link_downed_max")),
+    Check(
+        "ib-errors",
+        check_ib_errors,
+        ("ib_error_counters", "ib_error_increase_max", "ib_link_downed_max", "ib_xmit_discards_increase_max"),
+    ),
     Check("gpudirect", check_gpudirect, ("gpudirect_module", "modules_file")),
     Check("mounts", check_mounts, ("mounts",)),
     Check("nvme", check_nvme, ("nvme_count", "nvme_sysfs_root", "nvme_smart_command")),

@@ -52,6 +52,7 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     ),
     "ib_error_increase_max": (int, 10),
     "ib_link_downed_max": (int, 0),
+    "ib_xmit_discards_increase_max": (int, 100),
     "gpudirect_module": (str, ""),
     "modules_file": (str, "/proc/modules"),
     "mounts": (list, []),
@@ -346,6 +347,16 @@ def needs_nvswitch(config: dict[str, Any]) -> None:
     needs_gpus(config)
     if not config["nvswitch"]:
         raise Skip("no NVSwitch (nvswitch false)")
+
+
+BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])")
+
+
+def bus_key(text: str) -> tuple[int, ...] | str:
+    """A PCI bus id as a key that `--query-gpu=pci.bus_id` ("00000000:18:00.0") and `nvidia-smi -q`'s GPU header
+    share whatever the width of the domain; the text itself where it is not one."""
+    match = BUS_ID.search(text)
+    return tuple(int(part, 16) for part in match.groups()) if match else text.strip().lower()
 
 
 def gpu_label(row: dict[str, str]) -> str:

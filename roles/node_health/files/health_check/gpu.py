@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .core import THROTTLE_BITS, CheckFailed, Node, Skip, _read, gpu_label, needs_gpus, summarize
+from .core import THROTTLE_BITS, CheckFailed, Node, Skip, _read, bus_key, gpu_label, needs_gpus, summarize
 
 
 def check_driver_version(node: Node) -> str:
@@ -105,9 +105,7 @@ def check_temperature(node: Node) -> str:
     hottest = max((int(r["temperature.gpu"]) for r in rows if _number(r["temperature.gpu"]) is not None), default=0)
     # HBM: nvidia-smi -q's "Memory Current Temp" ("N/A" where the GPU does not report it)
     memory_limit = config["max_memory_temperature"]
-    memory = [
-        (_label_q(gpu, n), _celsius(gpu.get("Temperature/Memory Current Temp", ""))) for n, gpu in enumerate(node.q())
-    ]
+    memory = [(label, _celsius(gpu.get("Temperature/Memory Current Temp", ""))) for label, gpu in q_labels(node)]
     hot_memory = [
         f"{label} memory at {degrees} C" for label, degrees in memory if degrees is not None and degrees > memory_limit
     ]
@@ -125,8 +123,16 @@ def _celsius(text: str) -> int | None:
     return int(number) if number.lstrip("-").isdigit() else None
 
 
-def _label_q(gpu: dict[str, str], position: int) -> str:
-    return f"GPU {gpu.get('Minor Number', position)}"
+def q_labels(node: Node) -> list[tuple[str, dict[str, str]]]:
+    """Each GPU of `nvidia-smi -q` with the name every other message uses: "GPU <index>", the index of
+    --query-gpu, `nvidia-smi -L` and CUDA_VISIBLE_DEVICES, found by its bus id (its position in the report where
+    the query does not list it). Never -q's "Minor Number": that is the GPU's /dev/nvidia<N>, which need not be
+    its index."""
+    try:
+        index = {bus_key(row["pci.bus_id"]): row["index"] for row in node.query(["index", "pci.bus_id"])}
+    except CheckFailed:  # the query's own checks say why; the report's order is the index order
+        index = {}
+    return [(f"GPU {index.get(bus_key(gpu.get('GPU', '')), n)}", gpu) for n, gpu in enumerate(node.q())]
 
 
 def _link(gpu: dict[str, str], what: str) -> int | None:
@@ -137,13 +143,13 @@ def _link(gpu: dict[str, str], what: str) -> int | None:
 
 def check_pcie(node: Node) -> str:
     """Each GPU's PCIe link at its maximum generation and width, judged only where the GPU is
-    busy (an idle GPU lowers its link to save power), and its replay counter."""
+    busy (an idle GPU lowers its link to save power; a link message says "while busy"), and its replay
+    counter, judged busy or idle."""
     config = node.config
     needs_gpus(config)
     replay_max = config["pcie_replay_max"]
     problems, idle, judged = [], [], 0
-    for position, gpu in enumerate(node.q()):
-        label = _label_q(gpu, position)
+    for label, gpu in q_labels(node):
         replays = gpu.get("PCI/Replays Since Reset", "")
         if replays.isdigit() and int(replays) > replay_max:
             problems.append(f"{label} {replays} PCIe replays (max {replay_max})")
@@ -157,11 +163,11 @@ def check_pcie(node: Node) -> str:
             continue
         judged += 1
         if width is not None and width_max is not None and width < width_max:
-            problems.append(f"{label} PCIe x{width} of x{width_max}")
+            problems.append(f"{label} PCIe x{width} of x{width_max} while busy")
         if gen is not None and gen_max is not None and gen < gen_max:
-            problems.append(f"{label} PCIe Gen{gen} of Gen{gen_max}")
+            problems.append(f"{label} PCIe Gen{gen} of Gen{gen_max} while busy")
     if problems:
-        raise CheckFailed(f"{summarize(problems)} (under load)")
+        raise CheckFailed(summarize(problems))
     note = f"; {len(idle)} idle GPUs not judged (an idle GPU lowers its link)" if idle else ""
     return f"{judged} busy GPUs at their maximum PCIe link, replays <= {replay_max}{note}"
 

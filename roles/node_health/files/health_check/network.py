@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from .core import CheckFailed, Node, Skip, _read, summarize
 from .sticky import keep, read_json_state, when, write_json_state
@@ -43,6 +44,24 @@ def check_ib(node: Node) -> str:
 
 
 IB_COUNTERS_STATE = "ib-counters.json"
+# The widths of the InfiniBand PortCounters (IBA specification; the kernel's counters/ files read them): a counter
+# stops at its maximum instead of wrapping, so one at its maximum can no longer show an increase until the port's
+# counters are reset (`perfquery -R`).
+COUNTER_MAX = {
+    "symbol_error": 0xFFFF,
+    "link_error_recovery": 0xFF,
+    "link_downed": 0xFF,
+    "port_rcv_errors": 0xFFFF,
+    "port_rcv_remote_physical_errors": 0xFFFF,
+    "port_rcv_switch_relay_errors": 0xFFFF,
+    "port_xmit_discards": 0xFFFF,
+    "port_xmit_constraint_errors": 0xFF,
+    "port_rcv_constraint_errors": 0xFF,
+    "local_link_integrity_errors": 0xF,
+    "excessive_buffer_overrun_errors": 0xF,
+    "VL15_dropped": 0xFFFF,
+}
+RESET = "reset the port's counters with perfquery -R once the cause is found"
 
 
 def ib_counters(root: Path, names: list[str]) -> dict[str, dict[str, int]]:
@@ -57,26 +76,48 @@ def ib_counters(root: Path, names: list[str]) -> dict[str, dict[str, int]]:
     return found
 
 
+def saturated(port: str, values: dict[str, int]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The counters of ``port`` at their maximum: link_downed there fails (flaps can no longer be counted, so the
+    port can no longer be judged), any other counter is a warning (its increases can no longer be seen)."""
+    failed, warned = [], []
+    for name, value in values.items():
+        if name not in COUNTER_MAX or value < COUNTER_MAX[name]:
+            continue
+        if name == "link_downed":
+            message = f"{port} link_downed at its maximum {value}: its link flaps can no longer be counted ({RESET})"
+            failed.append({"check": "ib-errors", "key": f"ib {port} link_downed max", "message": message})
+        else:
+            warned.append(f"{port} {name} at its maximum {value}")
+    return failed, warned
+
+
 def check_ib_errors(node: Node) -> str:
-    """InfiniBand error counters that jumped since the last run, and links that went down (a flap: the
-    port is up again, its link_downed counter higher): kept on the node until heal or an operator
-    ends them, as a hardware Xid is. A lower value than last time (a reboot, a counter reset) starts
-    anew."""
+    """InfiniBand error counters that jumped since the last run, transmit discards above their own limit, links
+    that went down (a flap: the port is up again, its link_downed counter higher), and a link_downed counter at its
+    maximum (it can no longer count flaps): kept on the node until heal or an operator ends them, as a hardware Xid
+    is. Another counter at its maximum is a warning. A lower value than last time (a reboot, a counter reset)
+    starts anew."""
     config = node.config
     if config["ib_ports"] <= 0 and config["ib_rate_gbps"] <= 0:
         raise Skip("no InfiniBand ports expected")
     names = [str(name) for name in config["ib_error_counters"]]
-    now = ib_counters(Path(config["ib_sysfs_root"]), [*names, "link_downed"])
+    now = ib_counters(Path(config["ib_sysfs_root"]), [*names, "link_downed", "port_xmit_discards"])
     before = read_json_state(config, IB_COUNTERS_STATE)
     since = int(before.get("at", 0))
-    error_max, downed_max = config["ib_error_increase_max"], config["ib_link_downed_max"]
-    seen = []
+    limits = {
+        "link_downed": config["ib_link_downed_max"],
+        "port_xmit_discards": config["ib_xmit_discards_increase_max"],
+    }
+    seen, warnings = [], []
     for port, values in now.items():
+        failed, warned = saturated(port, values)
+        seen += failed
+        warnings += warned
         for name, value in values.items():
             last = before.get("ports", {}).get(port, {}).get(name)
             if not isinstance(last, int) or value < last:
                 continue
-            jump, limit = value - last, downed_max if name == "link_downed" else error_max
+            jump, limit = value - last, limits.get(name, config["ib_error_increase_max"])
             if jump > limit:
                 what = f"went down {jump} times" if name == "link_downed" else f"{name} +{jump}"
                 message = f"{port} {what} since {when(since)} (max {limit})"
@@ -90,9 +131,10 @@ def check_ib_errors(node: Node) -> str:
         raise CheckFailed(
             f"{kept[-1]['message']}{more} [kept since {when(kept[-1]['since'])} until corectl heal or corectl resume]"
         )
+    warning = f"warning: {summarize(warnings, 2)} ({RESET}); " if warnings else ""
     if not since:
-        return f"{len(now)} IB ports' error counters read (first run: nothing to compare)"
-    return f"no IB error counter jumped and no link went down on {len(now)} ports since {when(since)}"
+        return f"{warning}{len(now)} IB ports' error counters read (first run: nothing to compare)"
+    return f"{warning}no IB error counter jumped and no link went down on {len(now)} ports since {when(since)}"
 
 
 def check_gpudirect(node: Node) -> str:
