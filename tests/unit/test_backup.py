@@ -48,6 +48,22 @@ def program(head: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False, env=os.environ.copy(), timeout=60)
 
 
+def test_only_corectls_own_backups_count_in_the_destination(head: Path):
+    """Issue 48: a disk's lost+found (or any folder an operator puts there) sorts after a time-named backup: it
+    must never be listed, taken for the newest, pruned or restored."""
+    for foreign in ("lost+found", "old-backups", "zz-manual"):
+        (head / "backups" / foreign).mkdir(parents=True)
+    names = [json.loads(program(head, "take", "--json").stdout)[0]["name"] for _ in range(3)]
+    listed = program(head, "list", "--json")
+    assert listed.returncode == 0, listed.stdout  # no foreign folder to fail verification
+    assert [row["name"] for row in json.loads(listed.stdout)] == names[1:]  # retention 2 counts backups only
+    assert sorted(p.name for p in (head / "backups").iterdir()) == sorted([*names[1:], "lost+found", "old-backups",
+                                                                           "zz-manual"])  # fmt: skip
+    # what `restore latest` takes is the newest of these names: a backup, not the folder that sorts last
+    assert shipped(PROGRAM, "corectl_backup").Local(head / "backups").names()[-1] == names[-1]
+    assert program(head, "verify", "lost+found").stdout.strip() == "lost+found: no such backup"
+
+
 def test_a_backup_holds_the_database_dump_and_the_saved_state_with_their_checksums(head: Path):
     extra = head / "corectl-site.tar.gz"
     extra.write_bytes(b"site archive")

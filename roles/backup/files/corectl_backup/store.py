@@ -8,6 +8,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +19,14 @@ from pathlib import Path
 STAGING = "/var/lib/corectl/backup-staging"  # a backup for (or from) a backup host, while it travels
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
+# A backup's name: the UTC time it was taken (take.py), "-1" added for a second one in the same second. Anything else
+# in the destination (a disk's lost+found, an operator's folder) is not a backup: never listed, pruned or restored.
+NAME = re.compile(r"^\d{8}T\d{6}Z(?:-1)*$")
+
+
+def ours(names: list[str]) -> list[str]:
+    """corectl's own backups among ``names``, oldest first."""
+    return sorted(name for name in names if NAME.match(name))
 
 
 def load(path: str) -> dict:
@@ -50,7 +59,7 @@ class Local:
         """The complete backups, oldest first (their names are UTC times)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return ours([p.name for p in self.root.iterdir() if p.is_dir()])
 
     def partial(self, name: str) -> Path:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -121,7 +130,7 @@ class Remote:
 
     def names(self) -> list[str]:
         found = "[ -d \"$1\" ] || exit 0; find \"$1\" -mindepth 1 -maxdepth 1 -type d ! -name '.*' -printf '%f\\n'"
-        return sorted(self.run(found, self.root).split())
+        return ours(self.run(found, self.root).split())
 
     def partial(self, name: str) -> Path:
         self.staging.mkdir(parents=True, exist_ok=True, mode=0o700)
