@@ -450,6 +450,42 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         )
 
 
+def job_fields(job: str) -> dict[str, str]:
+    """`scontrol show job -o`'s fields of ``job`` ({} once Slurm forgot it)."""
+    line = docker_exec(HEAD, "scontrol", "show", "job", "-o", job, check=False).strip()
+    return dict(re.findall(r"(\w+)=((?:(?! \w+=).)*)", line))
+
+
+def test_a_batch_job_on_a_node_drained_for_hardware_restarts_on_another(lab: Path):
+    """Issue 47: a hardware Xid drains the node a batch job runs on (the node is drained, not down, so Slurm's own
+    JobRequeue does nothing): the health program requeues the job, which runs again on the other node, its restart
+    counted and the reason in its AdminComment; a job submitted with --no-requeue keeps running on the drained node."""
+    moving = sbatch("--ntasks=1", "--gres=gpu:1", "--time=10", "--wrap", "sleep 600")
+    running = wait_for(lambda: job_fields(moving), lambda f: f.get("JobState") == "RUNNING", 120)
+    node = running["NodeList"]
+    container, other = (DGX1, f"{P}dgx02") if node == f"{P}dgx01" else (DGX2, f"{P}dgx01")
+    staying = sbatch(f"--nodelist={node}", "--no-requeue", "--ntasks=1", "--gres=gpu:1", "--time=10",
+                     "--wrap", "sleep 600")  # fmt: skip
+    try:
+        assert wait_for(lambda: job_fields(staying).get("JobState"), lambda s: s == "RUNNING", 120) == "RUNNING"
+        docker_exec(container, "gpu-sim", "fault", "xid", "--gpu", "2", "--xid", "79")
+        drain_by_health(container, node, "xid")
+        moved = wait_for(
+            lambda: job_fields(moving),
+            lambda f: f.get("JobState") == "RUNNING" and f.get("NodeList") == other,
+            300,
+        )
+        assert moved.get("Restarts") == "1", moved
+        assert moved.get("AdminComment", "").startswith(f"requeued by corectl: {node} drained: corectl-health: xid:")
+        kept = job_fields(staying)
+        assert (kept.get("JobState"), kept.get("NodeList"), kept.get("Restarts")) == ("RUNNING", node, "0"), kept
+    finally:
+        docker_exec(HEAD, "scancel", moving, staying, check=False)
+        docker_exec(container, "sh", "-c", FAULTS["xid"][1])
+        assert wait_for(lambda: run_hook(container), lambda rc: rc == 0, 120) == 0, hook_output(container)
+        assert wait_for(lambda: slurm_reason(node), lambda r: r == "idle|none", 120) == "idle|none"
+
+
 def history_rows(text: str) -> list[str]:
     """`corectl history`'s rows, each whole (a row wrapped at 80 columns joined), spaces collapsed."""
     rows: list[str] = []

@@ -586,12 +586,25 @@ update)
         state=resume) : > "$HEALTH_SLURM/reason" ;;
         esac
     done ;;
+requeue)
+    # as Slurm answers: a job submitted with --no-requeue (listed in $HEALTH_SLURM/no-requeue) is refused
+    if grep -qx "$2" "$HEALTH_SLURM/no-requeue" 2>/dev/null; then
+        echo "slurm_requeue error: Requested operation is presently disabled" >&2
+        exit 1
+    fi
+    echo "$*" >> "$HEALTH_SLURM/log" ;;
 esac
+"""
+# squeue --noheader --nodelist=N --states=RUNNING --format=%i: the jobs in $HEALTH_SLURM/jobs
+FAKE_SQUEUE = """#!/bin/sh
+echo "$*" > "$HEALTH_SLURM/squeue-args"
+cat "$HEALTH_SLURM/jobs" 2>/dev/null
 """
 
 
 def render(template: Path, **variables: object) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["bool"] = lambda value: value if isinstance(value, bool) else str(value).lower() in ("true", "yes", "1")
     return env.from_string(template.read_text()).render(ansible_managed="Ansible managed", **variables)
 
 
@@ -612,6 +625,7 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
             slurm_health_check_dir=health_d,
             slurm_health_check_pause_file=paused,
             slurm_drain_reason_module=ROOT / "roles/slurm/files/corectl_drain_reason.py",  # common.yml installs it
+            slurm_requeue_on_hardware_drain=True,
         )
     )
     wrapper = health_d / "10-corectl"
@@ -656,6 +670,38 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
     paused.write_text("garbage\n")  # not a time: no pause
     node.sim("clear", "all")
     assert health() == (0, "")
+
+    # issue 47: a hardware failure (one the node keeps: an Xid of the hardware class) drains the node and then
+    # requeues its running batch jobs; a job submitted with --no-requeue is refused by Slurm and keeps running.
+    # A failure the node does not keep (a GPU lost from nvidia-smi's view) drains without requeueing.
+    node._tool("squeue", FAKE_SQUEUE)
+    (slurm / "jobs").write_text("4101\n4102_3\n4103\n")
+    (slurm / "no-requeue").write_text("4103\n")
+    before = (slurm / "log").read_text()
+    node.sim("fault", "lost-gpu", "--gpu", "5")
+    assert health()[0] == 1 and "requeue" not in (slurm / "log").read_text()
+    node.sim("clear", "all")
+    assert health() == (0, "")
+    before = (slurm / "log").read_text()
+    node.sim("fault", "xid", "--gpu", "0", "--xid", "79")
+    rc, reason = health()
+    assert rc == 1 and reason.startswith("corectl-health: xid: XID 79 on PCI:0000:18:00")
+    assert (slurm / "squeue-args").read_text().split() == [
+        "--noheader", "--nodelist=dgx01", "--states=RUNNING", "--format=%i"
+    ]  # fmt: skip
+    done = (slurm / "log").read_text()[len(before) :].splitlines()
+    assert done == [
+        f"update nodename=dgx01 state=drain reason={reason}",
+        "requeue 4101",
+        f"update jobid=4101 admincomment=requeued by corectl: dgx01 drained: {reason}",
+        "requeue 4102_3",
+        f"update jobid=4102_3 admincomment=requeued by corectl: dgx01 drained: {reason}",
+    ]
+    assert health() == (1, reason) and (slurm / "log").read_text()[len(before) :].splitlines() == done  # once
+    node.check("--clear-sticky", "test")
+    node.sim("clear", "all")
+    assert health() == (0, "")
+    (slurm / "jobs").unlink()
 
     # an operator's drain is kept through a failure and a pass: the hook asks corectl_drain_reason whose it is
     (slurm / "reason").write_text("corectl drain: rack 4 maintenance")

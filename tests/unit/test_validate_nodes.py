@@ -97,7 +97,7 @@ def test_a_job_is_submitted_in_the_validation_qos_to_its_node(monkeypatch: pytes
     monkeypatch.setattr(cv, "run", lambda *argv: ran.append(argv) or "41;labtest\n")
     assert cv.submit(CONFIG, "dgx01", cv.fields(node_line("dgx01"))) == "41"
     [argv] = ran
-    assert argv[:2] == ("sbatch", "--parsable")
+    assert argv[:3] == ("sbatch", "--parsable", "--no-requeue")  # a validation job is never restarted elsewhere
     assert {"--qos=validation", "--nodelist=dgx01", "--exclusive", "--gres=gpu:8", "--time=30"} <= set(argv)
     assert "--partition=batch" in argv and "--job-name=corectl-validation" in argv
     wrapped = argv[argv.index("--wrap") + 1]

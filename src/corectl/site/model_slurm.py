@@ -103,6 +103,11 @@ class Slurm(Strict):
     controller_timeout_s: Annotated[int, Field(ge=5, le=3600)] = Field(
         120, description="SlurmctldTimeout: how long the backup waits for an unanswering controller before taking over"
     )
+    requeue_on_hardware_failure: bool = Field(
+        True,
+        description="requeue the batch jobs running on a node the health program drains for a hardware failure (one the"
+        " node keeps until heal or resume), so they restart on other nodes; a job submitted with --no-requeue stays",
+    )
     partitions: list[Partition] = Field(min_length=1)
     priority: Priority = Field(default_factory=Priority)
     qos: list[Qos] = Field(default_factory=list)

@@ -147,6 +147,7 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
         "dbd_host": dbd[0].name if dbd and config.slurm.accounting else "",
         "accounting": config.slurm.accounting,
         "pam_slurm_adopt": config.slurm.pam_slurm_adopt,
+        "requeue_on_hardware_failure": config.slurm.requeue_on_hardware_failure,
         "node_groups": node_groups,
         "partitions": partitions,
         "priority": config.slurm.priority.model_dump(),

@@ -24,7 +24,9 @@ nodes of a Slurm job) run only when --only names them, or with
                                        Xid, a lost GPU: kept through reboots and after the log window)
                                        and print them; BY says who (corectl heal, corectl resume)
 
-Exit status: 0 all checks pass or are skipped, 1 a check failed or was interrupted, 2 bad configuration or usage.
+Exit status: 0 all checks pass or are skipped, 1 a check failed or was interrupted, 2 bad configuration or usage;
+with --slurm, 3 when the first failure is one the node keeps (a hardware failure, kept until corectl heal or corectl
+resume ends it): Slurm's health program then also requeues the node's batch jobs, where the site asks for it.
 Stdlib only (Python 3.10+); every command runs with a timeout. The same script runs against the
 stand-in tools of the tests and against real nvidia-smi, nv-fabricmanager, dcgmi and sysfs.
 """

@@ -40,7 +40,7 @@ from .network import check_gpudirect, check_ib, check_ib_errors
 from .nvlink import check_nvlink
 from .perftest import check_ib_pair
 from .services import check_clock, check_services
-from .sticky import clear_sticky, when
+from .sticky import clear_sticky, read_sticky, when
 from .storage import check_mounts, check_nvme
 from .xid import check_aer, check_xid
 
@@ -201,6 +201,15 @@ def clear(config: dict[str, Any], by: str, as_json: bool) -> int:
 
 
 REASON_MAX = 250  # characters of a drain reason (sinfo and squeue show far fewer)
+KEPT_EXIT = 3  # --slurm: the first failure is kept on the node (hardware): its jobs are requeued where the site asks
+
+
+def kept_checks(config: dict[str, Any]) -> set[str]:
+    """The checks whose failures the node keeps now (sticky.py): a hardware failure, until heal or resume."""
+    try:
+        return {str(record.get("check")) for record in read_sticky(config)["records"]}
+    except CheckFailed:  # an unreadable file: no record to go by
+        return set()
 
 
 def scontrol_update(what: str, target: str, *settings: str) -> None:
@@ -251,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.level is not None:
         config["dcgm_diag_level"] = args.level
     with_standard_path()
-    results = run_checks(config, only, on_demand=args.validation)
+    return answer(args, config, run_checks(config, only, on_demand=args.validation))
+
+
+def answer(args: argparse.Namespace, config: dict[str, Any], results: list[dict[str, str]]) -> int:
+    """Act on the checks' results as asked (drain, note the job), print them, and the exit status."""
     ok = all(r["status"] not in ("fail", "interrupted") for r in results)
     failed = next((r for r in results if r["status"] == "fail"), None)
     if args.drain_as and failed and not any(r["status"] == "interrupted" for r in results):
@@ -266,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         first = next((r for r in results if r["status"] in ("fail", "interrupted")), None)
         if first:
             print(f"{first['name']}: {first['message']}")
+        if first and first["status"] == "fail" and first["name"] in kept_checks(config):
+            return KEPT_EXIT
     else:
         width = max(len(name) for name in CHECK_NAMES)
         for r in results:
