@@ -486,6 +486,42 @@ def test_a_batch_job_on_a_node_drained_for_hardware_restarts_on_another(lab: Pat
         assert wait_for(lambda: slurm_reason(node), lambda r: r == "idle|none", 120) == "idle|none"
 
 
+def test_a_saturated_link_counter_and_a_memory_error_in_the_journal_drain_their_nodes_through_a_reboot(lab: Path):
+    """Issue 47: a port whose link_downed counter stands at its maximum (it can count no more flaps) drains dgx01,
+    naming the port; dgx02 crashed of an uncorrectable memory error (the kernel's line in its persistent journal)
+    and booted, its EDAC counts at 0: the first check after the boot drains it, naming the memory controller and
+    the DIMM. Both stay drained until an operator resumes them."""
+    docker_exec(DGX1, "gpu-sim", "fault", "ib-saturated", "--device", "mlx5_0")
+    docker_exec(DGX2, "gpu-sim", "fault", "edac-ue-logged")
+    try:
+        drain_by_health(DGX1, f"{P}dgx01", "ib-errors")
+        assert "mlx5_0/1 link_downed at its maximum 255" in slurm_reason(f"{P}dgx01")
+        before = booted_at(DGX2)
+        exec_in(DGX2, "systemctl", "reboot")  # (its answer, if any, does not matter)
+        assert wait_for(lambda: booted_at(DGX2), lambda now: now != before, 180) != before
+        booted = wait_for(lambda: docker_exec(DGX2, "systemctl", "is-active", "gpu-sim-boot", check=False).strip(),
+                          lambda state: state == "active", 120)  # fmt: skip
+        assert booted == "active"
+        said = wait_for(lambda: hook_output(DGX2), lambda out: "edac: " in out, 120)
+        assert "mc1: 1 uncorrectable memory read error logged by the kernel on CPU_SrcID#0_MC#1_Chan#0_DIMM#0" in said
+        assert wait_for(
+            lambda: slurm_reason(f"{P}dgx02"), lambda r: r.startswith("drain|corectl-health: edac: mc1"), 60
+        )
+        # the operator resets the port's counters, swaps the DIMM, and resumes both
+        docker_exec(DGX1, "gpu-sim", "clear", "ib-saturated", "--device", "mlx5_0")
+        docker_exec(DGX2, "gpu-sim", "clear", "edac-ue-logged")
+        for node in (f"{P}dgx01", f"{P}dgx02"):
+            resumed = corectl("resume", node, "--inventory", str(lab)).stdout
+            assert f"{node}: cleared " in resumed, resumed
+    finally:
+        docker_exec(DGX1, "sh", "-c", "gpu-sim clear ib-saturated --device mlx5_0")
+        docker_exec(DGX2, "sh", "-c", "gpu-sim clear edac-ue-logged")
+        for container, node in ((DGX1, f"{P}dgx01"), (DGX2, f"{P}dgx02")):
+            docker_exec(container, "sh", "-c", "corectl-health-check --clear-sticky 'e2e: cleanup' >/dev/null")
+            assert wait_for(lambda c=container: run_hook(c), lambda rc: rc == 0, 120) == 0, hook_output(container)
+            assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 120) == "idle|none"
+
+
 def history_rows(text: str) -> list[str]:
     """`corectl history`'s rows, each whole (a row wrapped at 80 columns joined), spaces collapsed."""
     rows: list[str] = []

@@ -770,3 +770,32 @@ def test_an_uncorrectable_memory_error_is_kept_through_a_boot(node: SimNode):
     assert node.report("--only", "edac")[0] == 1
     node.sim("boot")  # the kernel's count starts from 0; the record stays
     assert node.report("--only", "edac")[0] == 1
+
+
+def test_a_memory_error_that_crashed_the_node_is_found_after_the_boot_in_the_persistent_journal(node: SimNode):
+    """Issue 47: the node crashed of an uncorrectable error and booted: EDAC's counts are 0, only the journal (which
+    keeps the boots before this one) holds the kernel's line. The first check after the boot fails, naming the
+    memory controller and the DIMM; ended by an operator, the same line is not judged again."""
+    node.sim("fault", "edac-ue-logged")
+    node.sim("set", "journal.0.time", str(int(time.time()) - 60))  # logged a minute before the boot
+    node.sim("boot")
+    rc, report = node.report("--only", "edac")
+    assert rc == 1
+    assert message(report, "edac").startswith(
+        "mc1: 1 uncorrectable memory read error logged by the kernel on CPU_SrcID#0_MC#1_Chan#0_DIMM#0 [kept since "
+    )
+    assert node.check("--clear-sticky", "test").stdout.startswith("cleared edac: mc1: 1 uncorrectable memory read")
+    rc, report = node.report("--only", "edac")  # (the window read starts at the clear)
+    assert rc == 0 and re.search(r"\(0 corrected\), none logged in the last \d s$", message(report, "edac")), report
+
+
+def test_a_link_downed_counter_at_its_maximum_fails_until_the_counters_are_reset(node: SimNode):
+    """Issue 47: link_downed at 255 can count no more flaps: the port can no longer be judged, so it fails (kept),
+    from the first run on, naming the port; a reset of the counters (perfquery -R) and a clear end it."""
+    node.sim("fault", "ib-saturated", "--device", "mlx5_2")
+    rc, report = node.report("--only", "ib-errors")
+    assert rc == 1
+    assert message(report, "ib-errors").startswith("mlx5_2/1 link_downed at its maximum 255: its link flaps can no ")
+    node.sim("clear", "ib-saturated", "--device", "mlx5_2")
+    node.check("--clear-sticky", "test")
+    assert node.report("--only", "ib-errors")[0] == 0

@@ -870,6 +870,19 @@ def test_uncorrectable_memory_errors_of_real_kernel_logs(name: str, errors: list
     assert hc.logged_ue(sample(name)) == errors
 
 
+def test_standin_edac_ue_line_has_the_real_shape():
+    """The stand-in's UE line (gpu-sim fault edac-ue-logged) is the real skx line's, numbers aside, cut short."""
+    real = next(line for line in sample("dmesg-edac-ue-skx-einj.lkml-2021-08-12.txt").splitlines() if " UE " in line)
+    real = real.split("] ", 1)[1]  # dmesg's time stamp: journalctl -k -o cat prints none
+
+    def shape(text: str) -> str:
+        return re.sub(r"0x[0-9a-f]+|\d+", "N", text)
+
+    standin = load_script("gpu_sim", STANDIN / "gpusim" / "gpu_sim.py").EDAC_UE_LINE
+    assert shape(real).startswith(shape(standin).removesuffix(")"))
+    assert hc.logged_ue(standin) == [("mc1", 1, "memory read error", "CPU_SrcID#0_MC#1_Chan#0_DIMM#0")]
+
+
 def test_an_uncorrectable_memory_error_that_crashed_the_node_is_found_in_the_kernel_log(tmp_path: Path):
     """Issue 47: after the reboot EDAC's counters are 0 again (the real server's listing), and only the persistent
     kernel log (journalctl -k reads the boots before this one too) still holds the error: it fails the node, kept,

@@ -13,7 +13,8 @@ gpu-sim boot            what a boot does (run by gpu-sim-boot.service); after a 
                         kernel modules become those of /etc/modules-load.d/*.conf
 gpu-sim driver-installed  driver package postinst: load the driver if none is loaded yet
 gpu-sim kernel-log [--since SECONDS]  the XID events as the kernel logs them (journalctl -k -o cat); each
-                        is also sent to the node's journal as a kernel line when it happens (fault xid)
+                        is also sent to the node's journal as a kernel line when it happens (fault xid);
+                        and the kernel lines the persistent journal kept through boots (fault edac-ue-logged)
 gpu-sim nvme-smart-log /dev/nvmeN  a drive's SMART log as `nvme smart-log -o json` prints it
 gpu-sim modprobe NAME   load a kernel module: add it to the stand-in's /proc/modules (GPU_SIM_MODULES)
 gpu-sim rmmod NAME      unload it; a boot loads only what /etc/modules-load.d/*.conf names
@@ -50,10 +51,19 @@ if TYPE_CHECKING:  # annotations only: a tool started on every health check impo
 # quarter of its bus bandwidth (a degraded NVLink or GPU: what burn-in and validation catch); diag-slow: dcgmi
 # diag takes DIAG_SLOW_S, as a long diagnostic does on real GPUs (a job running it can then be preempted);
 # ib-slow: a port (--device) stays ACTIVE at its rate but carries a quarter of it (a bad cable: ib_write_bw sees it)
+# ib-saturated: a port's link_downed counter at its 8-bit maximum, 255 (a real ConnectX-7 port's, tests/samples);
+# edac-ue-logged: the kernel logged an uncorrectable memory error (Intel skx's line, tests/samples) into the node's
+# persistent journal, which keeps it through a boot while EDAC's counts start from 0 (the node crashed of it)
 FAULTS = (
     "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
     "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning", "nccl-slow", "diag-slow", "ib-slow",
+    "ib-saturated", "edac-ue-logged",
 )  # fmt: skip
+# the EDAC core's line for an uncorrectable error as Intel's skx/i10nm drivers print it (tests/samples/dmesg-edac-*)
+EDAC_UE_LINE = (
+    "EDAC MC1: 1 UE memory read error on CPU_SrcID#0_MC#1_Chan#0_DIMM#0 (channel:0 slot:0 page:0x7e025e offset:0x400"
+    " grain:32 -  err_code:0x00a0:0x0090  SystemAddress:0x7e025e400 ProcessorSocketId:0x0 MemoryControllerId:0x1)"
+)
 DIAG_SLOW_S = 900
 NVME_FAULT_DRIVE = {"nvme-missing": "nvme9", "nvme-warning": "nvme3"}
 
@@ -171,6 +181,12 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
         counts = state.setdefault("edac", {}).setdefault("mc1", {})
         counts["ue_count"] = int(counts.get("ue_count", 0)) + 1
         return
+    if name == "edac-ue-logged":  # kept by the persistent journal through boots (until cleared)
+        state.setdefault("journal", []).append({"time": int(time.time()), "line": EDAC_UE_LINE})
+        return
+    if name == "ib-saturated":
+        _ib(state, args.device).setdefault("counters", {})["link_downed"] = 255
+        return
     if name in ("ib-errors", "ib-flap"):  # counters only grow (a reboot or a counter reset zeroes them)
         counters = _ib(state, args.device).setdefault("counters", {})
         counter, more = ("symbol_error", 1000) if name == "ib-errors" else ("link_downed", 2)
@@ -203,6 +219,8 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
 
 
 def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
+    if name in ("edac-ue-logged", "all"):
+        state.pop("journal", None)
     if name in ("nccl-slow", "all"):
         state.pop("nccl_busbw_gbps", None)
     if name in ("diag-slow", "all"):
@@ -218,6 +236,8 @@ def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
                 port["state"] = "ACTIVE"
             if name in ("ib-slow", "all"):
                 port.pop("write_bw_gbps", None)
+            if name == "ib-saturated":  # (a counter reset: perfquery -R)
+                port.get("counters", {}).pop("link_downed", None)
     gpus = state["gpus"] if args.gpu is None else [_gpu(state, args.gpu)]
     for gpu in gpus:
         if name in ("lost-gpu", "dead-gpu", "all"):
@@ -249,6 +269,8 @@ def cmd_fault(args: argparse.Namespace) -> int:
     if args.name == "xid":  # the kernel logs it as it happens
         gpu = _gpu(state, args.gpu)
         gpusim.log_kernel(kernel_xid_line(gpu, gpu["xid_events"][-1]))
+    if args.name == "edac-ue-logged":
+        gpusim.log_kernel(EDAC_UE_LINE)
     return 0
 
 
@@ -391,6 +413,10 @@ def cmd_kernel_log(args: argparse.Namespace) -> int:
             when = float(event.get("time", 0))
             if args.since is None or now - when <= args.since:
                 events.append((when, gpu["index"], kernel_xid_line(gpu, event)))
+    for entry in state.get("journal", []):  # what the persistent journal kept, also from the boots before this one
+        when = float(entry.get("time", 0))
+        if args.since is None or now - when <= args.since:
+            events.append((when, -1, str(entry["line"])))
     for _when, _index, line in sorted(events):
         print(line)
     return 0
