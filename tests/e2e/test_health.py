@@ -433,8 +433,8 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         assert booted == "active"
         assert docker_exec(DGX2, "gpu-sim", "kernel-log") == ""
         # once the node is up (its Fabric Manager done), the program names the kept Xid again; slurmd runs it
-        slurm_said = wait_for(lambda: hook_output(DGX2), lambda out: "xid: XID 119 on PCI:" in out, 120)
-        assert "exit 1" in slurm_said, slurm_said
+        again = wait_for(lambda: (run_hook(DGX2), slurm_reason(f"{P}dgx02"))[1], lambda r: r == reason, 120)
+        assert again == reason, hook_output(DGX2)
         slurm_ran_the_hook()
         assert slurm_reason(f"{P}dgx02") == reason
         # the operator ends it, and is told what ended
@@ -469,7 +469,9 @@ def test_a_batch_job_on_a_node_drained_for_hardware_restarts_on_another(lab: Pat
     try:
         assert wait_for(lambda: job_fields(staying).get("JobState"), lambda s: s == "RUNNING", 120) == "RUNNING"
         docker_exec(container, "gpu-sim", "fault", "xid", "--gpu", "2", "--xid", "79")
-        drain_by_health(container, node, "xid")
+        assert run_hook(container) == 1
+        # draining: the --no-requeue job still runs there
+        assert slurm_reason(node).startswith("drng|corectl-health: xid: "), slurm_reason(node)
         moved = wait_for(
             lambda: job_fields(moving),
             lambda f: f.get("JobState") == "RUNNING" and f.get("NodeList") == other,
@@ -502,11 +504,10 @@ def test_a_saturated_link_counter_and_a_memory_error_in_the_journal_drain_their_
         booted = wait_for(lambda: docker_exec(DGX2, "systemctl", "is-active", "gpu-sim-boot", check=False).strip(),
                           lambda state: state == "active", 120)  # fmt: skip
         assert booted == "active"
-        said = wait_for(lambda: hook_output(DGX2), lambda out: "edac: " in out, 120)
-        assert "mc1: 1 uncorrectable memory read error logged by the kernel on CPU_SrcID#0_MC#1_Chan#0_DIMM#0" in said
-        assert wait_for(
-            lambda: slurm_reason(f"{P}dgx02"), lambda r: r.startswith("drain|corectl-health: edac: mc1"), 60
-        )
+        # once the node is up (its Fabric Manager done), Slurm's health program drains it for the logged error
+        edac = "drain|corectl-health: edac: mc1: 1 uncorrectable memory read error logged by the kernel on CPU_SrcID#0"
+        drained = wait_for(lambda: (run_hook(DGX2), slurm_reason(f"{P}dgx02"))[1], lambda r: r.startswith(edac), 120)
+        assert drained.startswith(edac), (drained, hook_output(DGX2))
         # the operator resets the port's counters, swaps the DIMM, and resumes both
         docker_exec(DGX1, "gpu-sim", "clear", "ib-saturated", "--device", "mlx5_0")
         docker_exec(DGX2, "gpu-sim", "clear", "edac-ue-logged")

@@ -115,8 +115,8 @@ def check_ib_errors(node: Node) -> str:
         warnings += warned
         for name, value in values.items():
             last = before.get("ports", {}).get(port, {}).get(name)
-            if not isinstance(last, int) or value < last:
-                continue
+            if not isinstance(last, int) or value < last or (name == "link_downed" and failed):
+                continue  # (a link_downed at its maximum is that port's failure, whatever it grew by)
             jump, limit = value - last, limits.get(name, config["ib_error_increase_max"])
             if jump > limit:
                 what = f"went down {jump} times" if name == "link_downed" else f"{name} +{jump}"
