@@ -422,15 +422,8 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         docker_exec(DGX2, "sh", "-c", f"printf '#!/bin/sh\\ndate +%s > {seen}\\n' > {marker} && chmod 0755 {marker}")
         slurm_ran_the_hook()
         assert slurm_reason(f"{P}dgx02") == reason
-        # a reboot (a clean one: its CephFS client leaves, and the other node's /shared goes on): the kernel
-        # log starts anew (gpu-sim-boot.service); the record does not
-        before = booted_at(DGX2)
-        exec_in(DGX2, "systemctl", "reboot")  # (its answer, if any, does not matter)
-        assert wait_for(lambda: booted_at(DGX2), lambda now: now != before, 180) != before
-        # (systemd answers before the boot's own units have run: gpu-sim-boot.service starts the log anew)
-        booted = wait_for(lambda: docker_exec(DGX2, "systemctl", "is-active", "gpu-sim-boot", check=False).strip(),
-                          lambda state: state == "active", 120)  # fmt: skip
-        assert booted == "active"
+        # a reboot: the kernel log starts anew (gpu-sim-boot.service); the record does not
+        reboot(DGX2)
         assert docker_exec(DGX2, "gpu-sim", "kernel-log") == ""
         # once the node is up (its Fabric Manager done), the program names the kept Xid again; slurmd runs it
         again = wait_for(lambda: (run_hook(DGX2), slurm_reason(f"{P}dgx02"))[1], lambda r: r == reason, 120)
@@ -498,12 +491,7 @@ def test_a_saturated_link_counter_and_a_memory_error_in_the_journal_drain_their_
     try:
         drain_by_health(DGX1, f"{P}dgx01", "ib-errors")
         assert "mlx5_0/1 link_downed at its maximum 255" in slurm_reason(f"{P}dgx01")
-        before = booted_at(DGX2)
-        exec_in(DGX2, "systemctl", "reboot")  # (its answer, if any, does not matter)
-        assert wait_for(lambda: booted_at(DGX2), lambda now: now != before, 180) != before
-        booted = wait_for(lambda: docker_exec(DGX2, "systemctl", "is-active", "gpu-sim-boot", check=False).strip(),
-                          lambda state: state == "active", 120)  # fmt: skip
-        assert booted == "active"
+        reboot(DGX2)
         # once the node is up (its Fabric Manager done), Slurm's health program drains it for the logged error
         edac = "drain|corectl-health: edac: mc1: 1 uncorrectable memory read error logged by the kernel on CPU_SrcID#0"
         drained = wait_for(lambda: (run_hook(DGX2), slurm_reason(f"{P}dgx02"))[1], lambda r: r.startswith(edac), 120)
@@ -597,6 +585,17 @@ def booted_at(container: str) -> str:
     )
     assert answer.returncode == 0, answer.stderr
     return answer.stdout.strip()
+
+
+def reboot(container: str) -> None:
+    """A clean reboot of the node (its CephFS client leaves, the other node's /shared goes on), waited for until the
+    boot's own units have run: systemd answers before them, and gpu-sim-boot.service is the stand-in's boot."""
+    before = booted_at(container)
+    exec_in(container, "systemctl", "reboot")  # (its answer, if any, does not matter)
+    assert wait_for(lambda: booted_at(container), lambda now: now != before, 180) != before
+    booted = wait_for(lambda: docker_exec(container, "systemctl", "is-active", "gpu-sim-boot", check=False).strip(),
+                      lambda state: state == "active", 120)  # fmt: skip
+    assert booted == "active"
 
 
 def drain_by_health(container: str, node: str, check: str) -> None:
