@@ -239,6 +239,11 @@ def here(live: Live, build: Build, artifact_dir: Path, ident: str, on_event: Eve
     return Ended(str(result.status), int(result.rc if result.rc is not None else 1))
 
 
+def whole_here(build: Build) -> lifecycle.Transport:
+    """The transport of a run wholly on this host: one ansible-runner run, its artifacts the run's own folder."""
+    return lambda live: here(live, build, live.run_dir.parent, live.ident, live)
+
+
 def site_build(request: RunRequest) -> Build:
     """How a run of the site's own playbooks is built here: its fact cache and known_hosts there, the vault
     password through corectl's socket when the run gets secrets."""
@@ -256,8 +261,7 @@ def site_build(request: RunRequest) -> Build:
 
 def run_playbook(request: RunRequest, sink: EventSink | None = None) -> RunResult:
     """Run a playbook of the project on the site from this host; ``sink`` sees every event (live progress)."""
-    build = site_build(request)
-    return lifecycle.run(request, lambda live: here(live, build, live.run_dir.parent, live.ident, live), sink)
+    return lifecycle.run(request, whole_here(site_build(request)), sink)
 
 
 def run_standalone(
@@ -281,7 +285,7 @@ def run_standalone(
             },
         }
 
-    return lifecycle.run(request, lambda live: here(live, build, live.run_dir.parent, live.ident, live))
+    return lifecycle.run(request, whole_here(build))
 
 
 def _path_with_ansible(guard: Path) -> str:
