@@ -2,6 +2,7 @@
 and its one parse.
 
     corectl-health: <check>: <message>       Slurm's health program (role slurm's hook)
+    corectl-health: <check>: <message> (kept)  the same, for a failure the node keeps (hardware) until heal or resume
     corectl: needs hardware service (<check>) corectl heal gave up; nothing resumes it by itself
     corectl validation: <check>: <message>   a validation job of an idle node (corectl-validate)
     corectl burn-in: <message>               corectl health --burn-in (its check is nccl)
@@ -15,6 +16,7 @@ a link to it) for the programs there: the health hook, the metrics reader, the v
 handover. So: the standard library only, Python 3.11, and a command line for the shell hook:
 
     corectl_drain_reason.py format health CHECK MESSAGE   print the reason
+    corectl_drain_reason.py format kept CHECK MESSAGE     print the reason of a failure the node keeps
     corectl_drain_reason.py source REASON                 print its source (exit 1: not corectl's)
 """
 
@@ -48,6 +50,7 @@ PREFIX = {
 }
 WITH_CHECK = (Source.HEALTH, Source.VALIDATION)
 BURN_IN_CHECK = "nccl"  # burn-in runs the health checker's nccl check
+KEPT = " (kept)"  # a health reason's end when the failure is one the node keeps (the checker's exit 3)
 SLURM_STAMP = re.compile(r" \[[^\[\]]*@[^\[\]]*\]$")  # scontrol's " [root@2026-11-26T09:02:11]"
 
 
@@ -59,6 +62,7 @@ class DrainReason:
     source: Source
     check: str = ""
     message: str = ""
+    kept: bool = False  # a health failure the node keeps (hardware) until corectl heal or resume
 
     def __str__(self) -> str:
         prefix = PREFIX[self.source]
@@ -68,12 +72,20 @@ class DrainReason:
             text = f"{prefix}{self.check}: {self.message}"
         else:
             text = f"{prefix}{self.message}"
+        if self.kept:
+            return text[: MAX_LENGTH - len(KEPT)] + KEPT
         return text[:MAX_LENGTH]
 
     @classmethod
-    def health(cls, check: str, message: str) -> DrainReason:
+    def health(cls, check: str, message: str, kept: bool = False) -> DrainReason:
         """The health hook's: the message on one line, at most HEALTH_MESSAGE_MAX characters."""
-        return cls(Source.HEALTH, check, " ".join(message.splitlines())[:HEALTH_MESSAGE_MAX])
+        return cls(Source.HEALTH, check, " ".join(message.splitlines())[:HEALTH_MESSAGE_MAX], kept)
+
+    @property
+    def persists(self) -> bool:
+        """A drain nothing ends by itself (a kept health failure, heal's, a validation's, a burn-in's): the node is
+        out of service until heal or an operator's resume."""
+        return self.kept or self.source in (Source.SERVICE, Source.VALIDATION, Source.BURN_IN)
 
     @classmethod
     def service(cls, check: str) -> DrainReason:
@@ -100,7 +112,8 @@ class DrainReason:
                 return cls(source, rest.partition(")")[0].strip())
             if source in WITH_CHECK:
                 check, _, message = rest.partition(": ")
-                return cls(source, check.rstrip(":").strip(), message)
+                kept = source == Source.HEALTH and message.endswith(KEPT)
+                return cls(source, check.rstrip(":").strip(), message.removesuffix(KEPT) if kept else message, kept)
             return cls(source, BURN_IN_CHECK if source == Source.BURN_IN else "", rest)
         return None
 
@@ -112,8 +125,8 @@ def source_of(reason: str) -> Source | None:
 
 def main(argv: list[str]) -> int:
     """The shell hook's way in (see the module's text)."""
-    if len(argv) == 4 and argv[:2] == ["format", Source.HEALTH]:
-        print(DrainReason.health(argv[2], argv[3]))
+    if len(argv) == 4 and argv[:2] in (["format", Source.HEALTH], ["format", "kept"]):
+        print(DrainReason.health(argv[2], argv[3], kept=argv[1] == "kept"))
         return 0
     if len(argv) == 2 and argv[0] == "source":
         found = source_of(argv[1])
@@ -121,7 +134,7 @@ def main(argv: list[str]) -> int:
             return 1
         print(found)
         return 0
-    print(f"usage: {sys.argv[0]} format health CHECK MESSAGE | source REASON", file=sys.stderr)
+    print(f"usage: {sys.argv[0]} format health|kept CHECK MESSAGE | source REASON", file=sys.stderr)
     return 2
 
 

@@ -74,6 +74,21 @@ def parse_sinfo(lines: list[str]) -> dict[str, NodeState]:
     return dict(found for line in lines if (found := NodeState.parse(line)) is not None)
 
 
+def scontrol_fields(line: str) -> dict[str, str]:
+    """One line of ``scontrol show node|reservation|partition --oneliner``: its Key=Value pairs (a value may hold
+    spaces: ``Reason=...``)."""
+    found: dict[str, str] = {}
+    key = None
+    for word in line.split():
+        name, sep, value = word.partition("=")
+        if sep and name and name.replace("_", "").isalnum() and name[0].isupper():
+            key = name
+            found[key] = value
+        elif key is not None:
+            found[key] += " " + word
+    return found
+
+
 def unavailable(scontrol_state: str) -> bool:
     """Whether ``scontrol show node``'s ``State=`` (``IDLE+DRAIN``, ``DOWN+NOT_RESPONDING``) keeps jobs off
     the node's free resources."""

@@ -32,11 +32,35 @@ class NodeEvent(NamedTuple):
     reason: str
 
 
+class SparePool(NamedTuple):
+    """A partition's hot spares now (corectl-spares on the controller): those held, and which spare covers which
+    failed node."""
+
+    partition: str
+    size: int
+    held: list[str]
+    covers: dict[str, str]  # spare in the partition -> the node it took the place of
+
+
+class SpareEvent(NamedTuple):
+    """A change corectl-spares made: held, swap (``node`` entered for ``covered``), spare (``node``, repaired, held
+    again), back (``covered`` took its place back, ``node`` held again), short (no spare for ``node``), released."""
+
+    at: int  # epoch seconds
+    partition: str
+    event: str
+    node: str
+    covered: str
+    message: str
+
+
 @dataclass
 class SlurmStatus:
     states: dict[str, NodeState] = field(default_factory=dict)  # node -> its state and reason
     jobs: dict[str, list[str]] = field(default_factory=dict)  # job id -> nodes
     events: list[NodeEvent] = field(default_factory=list)  # drains and downs, oldest first
+    spares: list[SparePool] = field(default_factory=list)
+    spare_events: list[SpareEvent] = field(default_factory=list)  # oldest first
 
     def busy_nodes(self) -> set[str]:
         return {node for nodes in self.jobs.values() for node in nodes}
@@ -65,7 +89,17 @@ def parse_status(data: dict) -> SlurmStatus:
     jobs: dict[str, list[str]] = {}
     for job, nodes in data.get("jobs", []):
         jobs[str(job)] = hostlist.expand(nodes) if isinstance(nodes, str) else list(nodes)
-    return SlurmStatus(states=states, jobs=jobs, events=parse_events(list(data.get("events", []))))
+    spares = data.get("spares") or {}
+    pools = [
+        SparePool(str(p["partition"]), int(p["size"]), [str(n) for n in p["spares"]], dict(p["covers"]))
+        for p in spares.get("pools", [])
+    ]
+    history = [
+        SpareEvent(int(e["at"]), str(e["partition"]), str(e["event"]), str(e["node"]), str(e["for"]), str(e["message"]))
+        for e in spares.get("events", [])
+    ]
+    events = parse_events(list(data.get("events", [])))
+    return SlurmStatus(states=states, jobs=jobs, events=events, spares=pools, spare_events=history)
 
 
 def read_slurm_status(ctx: Context, event_days: int = 30) -> SlurmStatus:

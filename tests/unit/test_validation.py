@@ -250,6 +250,28 @@ VARIANTS = [
         "monitoring.grafana.anonymous_viewers",
         "valid boolean",
     ),
+    # issue 47: hot spares are declared nodes of their partition, fewer than its nodes, each in one pool
+    (
+        "      nodes: dgx[01-12]\n      default: true\n",
+        "      nodes: dgx[01-12]\n      spares: {nodes: dgx13}\n      default: true\n",
+        "slurm.partitions[0].spares.nodes",
+        "spare 'dgx13' is not a declared node",
+    ),
+    (
+        '      max_time: "08:00:00"\n',
+        '      max_time: "08:00:00"\n      spares: {count: 2}\n',
+        "slurm.partitions[1].spares.count",
+        "2 spares for the 2 nodes of partition interactive: at least one must be in service",
+        "      spares: {count: 2}\n",
+    ),
+    (
+        '      max_time: 2-00:00:00\n    - name: interactive\n      nodes: dgx[11-12]\n      max_time: "08',
+        '      max_time: 2-00:00:00\n      spares: {nodes: dgx12}\n    - name: interactive\n      nodes: dgx[11-12]\n'
+        '      spares: {nodes: dgx12}\n      max_time: "08',
+        "slurm.partitions[1].spares.nodes",
+        "spare 'dgx12' is already a spare of partition batch",
+        '      spares: {nodes: dgx12}\n      max_time: "08',
+    ),
     # an error on line 100: printed as ":100:", not as rich's emoji code for it
     ("    uid: 21002\n", "    uid: 999\n", "users[1].uid", "greater than or equal to 1000", "    uid: 999\n"),
 ]

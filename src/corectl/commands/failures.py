@@ -32,25 +32,40 @@ from corectl.health.failures import Action, Drain, Entry, Offenders, RmaCase, Ve
 from corectl.health.page import report_page, utilisation_line
 from corectl.health.reliability import Figures, Outage, Reliability, figure_cells, hours, outages, percent, reliability
 from corectl.health.report import CHECK_ORDER, failed_checks
+from corectl.health.stamps import epoch_stamp
 from corectl.health.usage import Share, UsageRead
 from corectl.health.usage_read import read_usage
 from corectl.site import Site, groupvars, require_cluster_file
 from corectl.site.context import Context
-from corectl.slurm import NodeEvent, read_slurm_status
+from corectl.slurm import NodeEvent, SlurmStatus, SpareEvent, read_slurm_status
 from corectl.store import parse_stamp
 from corectl.words import counted
 
 Warn = Callable[[str], None]
 
 
-def slurm_events(ctx: Context, warn: Warn, days: int = 30) -> list[NodeEvent]:
-    """The drains and downs of the last ``days`` days Slurm's accounting holds (read on the controller), shown
-    with the history; a controller that cannot be read: ``warn``, and none (the history as kept)."""
+def slurm_read(ctx: Context, warn: Warn, days: int = 30) -> SlurmStatus:
+    """Slurm's state with the drains and downs of the last ``days`` days its accounting holds and the spares'
+    history (read on the controller), shown with the history; a controller that cannot be read: ``warn``, and
+    none (the history as kept)."""
     try:
-        return read_slurm_status(ctx, event_days=days).events
+        return read_slurm_status(ctx, event_days=days)
     except CorectlError as exc:
         warn(f"warning: Slurm's drains not read, the history is shown as kept: {exc}")
-        return []
+        return SlurmStatus()
+
+
+def slurm_events(ctx: Context, warn: Warn, days: int = 30) -> list[NodeEvent]:
+    return slurm_read(ctx, warn, days).events
+
+
+def spare_actions(events: list[SpareEvent], node: str) -> list[Action]:
+    """The spares' changes that concern ``node`` (it entered, was held, or was covered), as actions."""
+    return [
+        Action(node=node, at=epoch_stamp(e.at), action=f"spare {e.event}", outcome="ok", detail=e.message)
+        for e in events
+        if node in (e.node, e.covered)
+    ]
 
 
 def shown_time(at: str) -> str:
@@ -112,8 +127,9 @@ def history_view(ctx: Context, node: str, last: int, warn: Warn) -> RenderableTy
     """The node's newest ``last`` verdicts, actions and drains, newest first, one row each."""
     site = ctx.site
     require_cluster_file(site)
-    events = slurm_events(ctx, warn)
-    entries = failures.node_history(site, node, last + 1, events)  # one more: are there older ones?
+    slurm = slurm_read(ctx, warn)
+    entries = failures.node_history(site, node, last + 1, slurm.events)  # one more: are there older ones?
+    entries = failures.newest_first([*entries, *spare_actions(slurm.spare_events, node)])[: last + 1]
     if not entries:
         return Text(f"{node}: nothing recorded in {site.name} (corectl health records verdicts)")
     shown = entries[:last]

@@ -14,6 +14,7 @@ from rich.text import Text
 from corectl import hostlist
 from corectl.health.failures import Offenders, rule, site_offenders
 from corectl.health.report import last_verdicts, verdict_failed
+from corectl.health.stamps import epoch_stamp
 from corectl.site.context import Context
 from corectl.slurm import SlurmStatus, read_slurm_status
 from corectl.words import counted
@@ -40,6 +41,25 @@ def quiet_line(names: list[str]) -> Text:
     return Text.assemble(("idle and healthy", "green"), f" ({len(names):,}): ", hostlist.compress(names))
 
 
+def spares_lines(status: SlurmStatus) -> list[Text]:
+    """Each pool: ``spares of batch (1 of 1 held): dgx04; dgx03 in service for dgx01 since 2026-12-02 12:31:05Z``."""
+    lines = []
+    for pool in status.spares:
+        held = hostlist.compress(pool.held) if pool.held else "none"
+        line = Text(f"spares of {pool.partition} ({len(pool.held)} of {pool.size} held): {held}")
+        for spare, failed in sorted(pool.covers.items()):
+            swaps = [e.at for e in status.spare_events if e.event == "swap" and e.node == spare and e.covered == failed]
+            since = f" since {epoch_stamp(swaps[-1]).replace('T', ' ')}" if swaps else ""
+            line.append(f"; {spare} in service for {failed}{since}", style="yellow")
+        lines.append(line)
+    return lines
+
+
+def spare_of(status: SlurmStatus) -> dict[str, str]:
+    """Each held spare -> its partition."""
+    return {node: pool.partition for pool in status.spares for node in pool.held}
+
+
 def exceptions_table(status: SlurmStatus, names: list[str], health: dict[str, str]) -> Table:
     """One row per node that needs a look: node and state never cut, the rest wraps."""
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -47,6 +67,7 @@ def exceptions_table(status: SlurmStatus, names: list[str], health: dict[str, st
     table.add_column("state", no_wrap=True)
     for column in ("reason", "jobs", "health"):
         table.add_column(column, overflow="fold")
+    spares = spare_of(status)
     for node in names:
         state = status.states[node]
         verdict = health.get(node)
@@ -54,7 +75,7 @@ def exceptions_table(status: SlurmStatus, names: list[str], health: dict[str, st
         table.add_row(
             node,
             state.state,
-            state.reason,
+            state.reason or (f"hot spare of {spares[node]}" if node in spares else ""),
             ", ".join(status.jobs_on(node)),
             verdict or "-",
             style="red" if bad else None,
@@ -89,6 +110,7 @@ def status_table(
         parts.append(quiet_line(quiet))
     if others:
         parts.append(exceptions_table(status, others, health))
+    parts += spares_lines(status)
     repeat = offenders_line(offenders, status.states) if offenders else None
     if repeat:
         parts.append(repeat)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from corectl import hostlist
 from corectl.site.model import ClusterConfig, Node
+from corectl.site.model_slurm import Partition
 from corectl.site.problems import Problem, duplicates, unknown
 from corectl.site.yamlsrc import PathKey
 
@@ -24,6 +25,7 @@ def check_slurm(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
     for i in defaults[1:]:
         problems.append(Problem(("slurm", "partitions", i, "default"), "more than one default partition"))
     budget = MAX_PARTITION_NAMES
+    pools: dict[str, str] = {}
     for i, partition in enumerate(partitions):
         path = ("slurm", "partitions", i, "nodes")
         try:
@@ -47,6 +49,35 @@ def check_slurm(config: ClusterConfig, nodes: list[Node]) -> list[Problem]:
         for j, group in enumerate(partition.allow_groups):
             if group not in groups:
                 problems.append(unknown(("slurm", "partitions", i, "allow_groups", j), "group", group, groups))
+        problems += _check_spares(i, partition, members, set(by_name), pools)
+    return problems
+
+
+def _check_spares(
+    i: int, partition: Partition, members: list[str], declared: set[str], pools: dict[str, str]
+) -> list[Problem]:
+    """A partition's spares: declared nodes of the partition, fewer than its nodes, each in one pool (``pools``: the
+    spares of the partitions before this one, each with its partition, added to)."""
+    if partition.spares is None:
+        return []
+    path: PathKey = ("slurm", "partitions", i, "spares", "nodes" if partition.spares.nodes is not None else "count")
+    try:
+        names = partition.spare_names()
+    except hostlist.HostlistError as exc:
+        return [Problem(path, str(exc))]
+    problems = []
+    for name in names:
+        if name not in declared:
+            problems.append(Problem(path, f"spare '{name}' is not a declared node"))
+        elif name not in members:
+            problems.append(Problem(path, f"spare '{name}' is not a node of partition {partition.name}"))
+        elif name in pools:
+            problems.append(Problem(path, f"spare '{name}' is already a spare of partition {pools[name]}"))
+        else:
+            pools[name] = partition.name
+    if len(names) >= len(members):
+        many = f"{len(names)} spares for the {len(members)} nodes of partition {partition.name}"
+        problems.append(Problem(path, f"{many}: at least one must be in service"))
     return problems
 
 

@@ -87,4 +87,17 @@ def remove_node(site: Site, name: str, write: bool = True) -> Cluster:
     for partition in data["slurm"]["partitions"]:
         if name in hostlist.expand(str(partition["nodes"])):
             _partition_nodes(partition, "remove", name)
+        _drop_spare(partition, name)
     return _commit(site, _dump(data), write)
+
+
+def _drop_spare(partition: Any, node: str) -> None:
+    """A removed node is no longer one of the partition's named spares (the pool goes with its last one)."""
+    spares = partition.get("spares")
+    if not isinstance(spares, dict) or spares.get("nodes") is None:
+        return
+    names = [n for n in hostlist.expand(str(spares["nodes"])) if n != node]
+    if not names:
+        del partition["spares"]
+    else:
+        spares["nodes"] = hostlist.compress(names)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
+from corectl import hostlist
 from corectl.site.fields import (
     AbsPath,
     HostExpr,
@@ -25,6 +26,28 @@ WallTime = Annotated[str, StringConstraints(pattern=r"^(\d{1,5}-)?\d{1,6}(:\d{2}
 SlurmText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9 .,:;/()+@#_-]*$", max_length=200)]
 
 
+class Spares(Strict):
+    """A partition's hot spares: provisioned, validated nodes of the partition held out of it by a Slurm reservation
+    (corectl_spares_<partition>) until one of its nodes is drained for hardware; then a spare enters the partition
+    (the controller's corectl-spares timer, every health-check interval)."""
+
+    nodes: HostExpr | None = Field(None, description="the spares at first: nodes of the partition (or give count)")
+    count: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        None, description="this many spares, the partition's last nodes by name at first (or give nodes)"
+    )
+    repaired: Literal["spare", "back"] = Field(
+        "spare",
+        description="a repaired node (resumed or healed, validated) becomes a spare (spare), or takes its place back"
+        " and the spare that covered it is held again (back)",
+    )
+
+    @model_validator(mode="after")
+    def one_way(self) -> Spares:
+        if (self.nodes is None) == (self.count is None):
+            raise ValueError("give either nodes or count")
+        return self
+
+
 class Partition(Strict):
     name: Identifier
     nodes: HostExpr
@@ -38,6 +61,15 @@ class Partition(Strict):
         "with GPU nodes: cpu 1, and memory and GPUs weighted so that all of a node's memory, or all its GPUs, "
         "weigh as much as all its CPUs; {} bills CPUs only (Slurm's default)",
     )
+    spares: Spares | None = Field(None, description="hot spares held out of the partition until a node fails")
+
+    def spare_names(self) -> list[str]:
+        """The spares at first: those named, or the partition's last ``count`` nodes by name."""
+        if self.spares is None:
+            return []
+        if self.spares.nodes is not None:
+            return hostlist.expand(self.spares.nodes)
+        return sorted(hostlist.expand(self.nodes))[-(self.spares.count or 0) :]
 
 
 class Priority(Strict):

@@ -129,7 +129,7 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
         per_cpu = min(profile_vars(profiles[n.profile])["cpus"] for n in members)
         partitions.append(
             {
-                **partition.model_dump(),
+                **partition.model_dump(exclude={"spares"}),
                 "nodes": hostlist.compress([n.name for n in members]),
                 # jobs share nodes: without a default, each job would take a whole node's memory
                 "def_mem_per_cpu": min(profiles[n.profile].memory_mb for n in members) // per_cpu,
@@ -148,6 +148,16 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
         "accounting": config.slurm.accounting,
         "pam_slurm_adopt": config.slurm.pam_slurm_adopt,
         "requeue_on_hardware_failure": config.slurm.requeue_on_hardware_failure,
+        "spares": [
+            {
+                "partition": p.name,
+                "reservation": f"corectl_spares_{p.name}",
+                "nodes": p.spare_names(),
+                "repaired": p.spares.repaired,
+            }
+            for p in config.slurm.partitions
+            if p.spares is not None
+        ],
         "node_groups": node_groups,
         "partitions": partitions,
         "priority": config.slurm.priority.model_dump(),

@@ -1,0 +1,200 @@
+"""Hot spares (issue 47): the controller's corectl-spares (role slurm) holding a partition's spares, swapping one in
+for a node drained for good, taking the repaired node back, once per failure; the drain reason that tells a kept
+failure; cluster.yml's pools as the role gets them. The lab's end-to-end test runs it against a real slurmctld."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from conftest import ROOT
+from corectl.drain_reason import DrainReason, Source
+from corectl.site.loader import load_cluster
+from corectl.site.render import slurm_vars
+
+KEPT_XID = "corectl-health: xid: GPU 1 (0000:1B:00.0) Xid 79: fallen off the bus (kept)"
+PASSING_XID = "corectl-health: clock: not synchronised for 700 s"
+
+
+def spares_module() -> ModuleType:
+    path = ROOT / "roles" / "slurm" / "files" / "corectl-spares"
+    loader = importlib.machinery.SourceFileLoader("corectl_spares", str(path))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+class FakeSlurm:
+    """slurmctld as corectl-spares sees it: node states and reasons, a partition, reservations, running jobs."""
+
+    def __init__(self, partition: list[str]) -> None:
+        self.partition = partition
+        self.states = dict.fromkeys(partition, ("IDLE", ""))
+        self.held: dict[str, list[str]] = {}
+        self.jobs: set[str] = set()
+        self.calls: list[tuple[str, ...]] = []
+
+    def drain(self, node: str, reason: str) -> None:
+        self.states[node] = ("IDLE+DRAIN", reason)
+
+    def resume(self, node: str) -> None:
+        self.states[node] = ("IDLE", "")
+
+    def nodes(self) -> dict[str, dict[str, str]]:
+        reserved = {n for nodes in self.held.values() for n in nodes}
+        found = {}
+        for node, (state, reason) in self.states.items():
+            if node in reserved and "DRAIN" not in state:
+                state += "+RESERVED"
+            found[node] = {"NodeName": node, "State": state} | ({"Reason": f"{reason} [root@now]"} if reason else {})
+        return found
+
+    def partition_nodes(self, partition: str) -> list[str]:
+        assert partition == "batch"
+        return list(self.partition)
+
+    def reservations(self) -> dict[str, list[str]]:
+        return {name: list(nodes) for name, nodes in self.held.items()}
+
+    def busy(self, node: str) -> bool:
+        return node in self.jobs
+
+    def hold(self, reservation: str, nodes: list[str], exists: bool) -> None:
+        assert exists == (reservation in self.held), (reservation, exists)
+        self.calls.append(("hold", reservation, *sorted(nodes)))
+        if nodes:
+            self.held[reservation] = sorted(nodes)
+        else:
+            del self.held[reservation]
+
+    def cancel_ours(self, reservation: str, node: str) -> None:
+        self.calls.append(("cancel", reservation, node))
+        self.jobs.discard(node)
+
+
+POOL = {"partition": "batch", "reservation": "corectl_spares_batch", "nodes": ["dgx03"], "repaired": "spare"}
+
+
+def rounds(cs: ModuleType, slurm: FakeSlurm, state: dict, pools: list[dict] | None = None) -> list[tuple[str, str]]:
+    events, errors = cs.one_round(slurm, {"pools": [POOL] if pools is None else pools}, state, 1_700_000_000)
+    assert errors == []
+    return [(e["event"], e["node"]) for e in events]
+
+
+@pytest.fixture
+def cs() -> ModuleType:
+    return spares_module()
+
+
+def test_a_kept_failure_swaps_one_spare_in_once_and_the_repaired_node_becomes_the_spare(cs: ModuleType):
+    slurm = FakeSlurm(["dgx01", "dgx02", "dgx03"])
+    state = cs.load_state("/nonexistent/spares.json")
+    assert rounds(cs, slurm, state) == [("held", "dgx03")]
+    assert slurm.held == {"corectl_spares_batch": ["dgx03"]}
+    assert rounds(cs, slurm, state) == []  # the pool is whole: nothing to do
+
+    slurm.drain("dgx02", PASSING_XID)  # a failure that ends by itself: no spare for it
+    assert rounds(cs, slurm, state) == []
+    slurm.resume("dgx02")
+
+    slurm.drain("dgx01", KEPT_XID)
+    assert rounds(cs, slurm, state) == [("swap", "dgx03")]
+    assert slurm.held == {}  # the last spare released: the reservation is gone
+    assert state["covers"] == {"batch": {"dgx03": "dgx01"}}
+    assert state["events"][-1]["message"] == f"dgx03 entered batch for dgx01 ({KEPT_XID})"
+    assert rounds(cs, slurm, state) == []  # one failure, one swap, however many rounds
+
+    slurm.resume("dgx01")  # heal or corectl resume, validation passed
+    assert rounds(cs, slurm, state) == [("spare", "dgx01")]
+    assert slurm.held == {"corectl_spares_batch": ["dgx01"]}
+    assert state["covers"] == {"batch": {}}
+    assert rounds(cs, slurm, state) == []
+    assert [c[0] for c in slurm.calls] == ["hold", "hold", "hold"]
+
+
+def test_with_repaired_back_the_spare_is_held_again_and_the_repaired_node_serves(cs: ModuleType):
+    slurm = FakeSlurm(["dgx01", "dgx02", "dgx03"])
+    state = cs.load_state("/nonexistent/spares.json")
+    pool = {**POOL, "repaired": "back"}
+    rounds(cs, slurm, state, [pool])
+    slurm.drain("dgx02", "corectl: needs hardware service (xid)")  # heal gave up: out for good too
+    assert rounds(cs, slurm, state, [pool]) == [("swap", "dgx03")]
+    slurm.resume("dgx02")
+    assert rounds(cs, slurm, state, [pool]) == [("back", "dgx03")]
+    assert slurm.held == {"corectl_spares_batch": ["dgx03"]}
+
+
+def test_a_spare_that_failed_is_not_swapped_in_and_the_shortage_is_said_once(cs: ModuleType):
+    slurm = FakeSlurm(["dgx01", "dgx02", "dgx03"])
+    state = cs.load_state("/nonexistent/spares.json")
+    rounds(cs, slurm, state)
+    slurm.drain("dgx03", "corectl validation: dcgm-diag: level 2 failed: PCIe")  # the spare failed validation
+    slurm.drain("dgx01", KEPT_XID)
+    assert rounds(cs, slurm, state) == [("short", "dgx01")]
+    assert rounds(cs, slurm, state) == []
+    assert slurm.held == {"corectl_spares_batch": ["dgx03"]}
+
+
+def test_a_spare_busy_validating_is_taken_after_its_validation_job_is_cancelled(cs: ModuleType):
+    slurm = FakeSlurm(["dgx01", "dgx02", "dgx03", "dgx04"])
+    state = cs.load_state("/nonexistent/spares.json")
+    pool = {**POOL, "nodes": ["dgx03", "dgx04"]}
+    assert rounds(cs, slurm, state, [pool]) == [("held", "dgx03"), ("held", "dgx04")]
+    slurm.jobs.add("dgx03")
+    slurm.drain("dgx01", KEPT_XID)
+    assert rounds(cs, slurm, state, [pool]) == [("swap", "dgx04")]  # the idle spare first
+    slurm.jobs.add("dgx03")
+    slurm.drain("dgx02", KEPT_XID)
+    assert rounds(cs, slurm, state, [pool]) == [("swap", "dgx03")]
+    assert ("cancel", "corectl_spares_batch", "dgx03") in slurm.calls
+
+
+def test_a_pool_no_longer_declared_is_released(cs: ModuleType):
+    slurm = FakeSlurm(["dgx01", "dgx02", "dgx03"])
+    state = cs.load_state("/nonexistent/spares.json")
+    rounds(cs, slurm, state)
+    assert rounds(cs, slurm, state, []) == [("released", "dgx03")]
+    assert slurm.held == {}
+    assert "batch" not in state["covers"]
+
+
+def test_the_state_file_is_written_whole_and_read_back(cs: ModuleType, tmp_path: Path):
+    slurm = FakeSlurm(["dgx01", "dgx02", "dgx03"])
+    path = str(tmp_path / "lib" / "spares.json")
+    state = cs.load_state(path)
+    rounds(cs, slurm, state)
+    cs.save_state(path, state)
+    again = cs.load_state(path)
+    assert again["events"][0]["message"] == "dgx03 held as a spare of batch"
+    assert cs.status(slurm, {"pools": [POOL]}, again)["pools"] == [
+        {"partition": "batch", "reservation": "corectl_spares_batch", "size": 1, "spares": ["dgx03"], "covers": {}}
+    ]
+
+
+def test_a_kept_health_failure_has_its_own_reason_end_and_persists():
+    reason = DrainReason.health("xid", "GPU 1 (0000:1B:00.0) Xid 79: fallen off the bus", kept=True)
+    assert str(reason) == KEPT_XID
+    parsed = DrainReason.parse(KEPT_XID + " [root@2026-12-02T12:00:01]")
+    assert parsed == DrainReason(Source.HEALTH, "xid", "GPU 1 (0000:1B:00.0) Xid 79: fallen off the bus", kept=True)
+    assert parsed.persists
+    assert not DrainReason.parse(PASSING_XID).persists  # type: ignore[union-attr]
+    long = DrainReason.health("xid", "x" * 400, kept=True)
+    assert len(str(long)) <= 250 and str(long).endswith(" (kept)")
+
+
+def test_cluster_yml_pools_reach_the_role(root: Path, tmp_path: Path):
+    site = tmp_path / "prod"
+    site.mkdir()
+    text = (root / "inventories" / "prod" / "cluster.yml").read_text()
+    text = text.replace("      default: true\n", "      default: true\n      spares: {count: 2, repaired: back}\n", 1)
+    (site / "cluster.yml").write_text(text)
+    pools = slurm_vars(load_cluster(site))["spares"]
+    assert pools == [
+        {"partition": "batch", "reservation": "corectl_spares_batch", "nodes": ["dgx11", "dgx12"], "repaired": "back"}
+    ]
