@@ -207,6 +207,12 @@ def sbatch(*args: str) -> str:
     ).strip()  # fmt: skip
 
 
+def job_fields(job: str) -> dict[str, str]:
+    """`scontrol show job -o`'s fields of ``job`` ({} once Slurm forgot it)."""
+    line = docker_exec(HEAD, "scontrol", "show", "job", "-o", job, check=False).strip()
+    return dict(re.findall(r"(\w+)=((?:(?! \w+=).)*)", line))
+
+
 def job_state(job: str) -> str:
     """'STATE REASON' of a job in the queue ("" once it left)."""
     return docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T %r", check=False).strip()

@@ -33,6 +33,7 @@ from e2e.lab import (
     docker_exec,
     exec_in,
     health_report,
+    job_fields,
     job_state,
     latest_jobs,
     prometheus,
@@ -441,12 +442,6 @@ def test_a_hardware_xid_keeps_its_node_drained_through_the_log_window_and_a_rebo
         docker_exec(
             DGX2, "sh", "-c", "gpu-sim clear xid && corectl-health-check --clear-sticky 'e2e: cleanup' >/dev/null"
         )
-
-
-def job_fields(job: str) -> dict[str, str]:
-    """`scontrol show job -o`'s fields of ``job`` ({} once Slurm forgot it)."""
-    line = docker_exec(HEAD, "scontrol", "show", "job", "-o", job, check=False).strip()
-    return dict(re.findall(r"(\w+)=((?:(?! \w+=).)*)", line))
 
 
 def test_a_batch_job_on_a_node_drained_for_hardware_restarts_on_another(lab: Path):

@@ -4,12 +4,14 @@ refused beside a Debian 12 head.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from corectl.lab.nodes import NODE_IMAGE_ENV
 from e2e.lab import (
@@ -26,9 +28,11 @@ from e2e.lab import (
     assert_provision_changes_nothing,
     corectl,
     docker_exec,
+    job_fields,
     lock_holder,
     prometheus,
     runs,
+    sbatch,
     site_files,
     slurm_reason,
     slurmd_started,
@@ -187,6 +191,102 @@ def test_add_node_bootstraps_and_provisions_only_what_must_change(lab: Path, add
     assert wait_for(gpu_targets_up, lambda nodes: nodes == all_three, 90) == all_three
     # add-node left nothing for the next run
     assert_provision_changes_nothing(lab, {f"{P}head01", *all_three})
+
+
+def spares_now() -> dict:
+    """corectl-spares' own report on the controller: the pools (held spares, covers) and the history."""
+    return json.loads(docker_exec(HEAD, "/usr/local/sbin/corectl-spares", "--status"))
+
+
+def with_spare(text: str, spare: str | None) -> str:
+    """cluster.yml's text with the batch partition's spares set to ``spare`` (None: none)."""
+    data = yaml.safe_load(text)
+    [batch] = [p for p in data["slurm"]["partitions"] if p["name"] == "batch"]
+    batch.pop("spares", None)
+    if spare:
+        batch["spares"] = {"nodes": spare}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def drained_at(node: str) -> int:
+    """When the node's reason was set (epoch seconds: `scontrol show node`'s "[user@time]" in SLURM_TIME_FORMAT)."""
+    shown = docker_exec(HEAD, "sh", "-c", f"SLURM_TIME_FORMAT=%s scontrol show node {node}")
+    found = re.search(r"Reason=.*\[\S+@(\d+)\]", shown)
+    assert found, shown
+    return int(found.group(1))
+
+
+# A batch job of two nodes: its first run sleeps until the health program requeues it; a run after a requeue
+# (SLURM_RESTART_COUNT) runs a step on both nodes and ends
+TWO_NODE_JOB = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then srun hostname; else sleep 600; fi'
+
+
+def test_a_spare_takes_the_place_of_a_node_failed_for_hardware_and_the_repaired_node_becomes_the_spare(
+    lab: Path, added_node: AddedNode
+):
+    """Issue 47: batch (dgx01-03 since add-node) declares dgx03 its spare. The spare is held out of the partition
+    and validated there; a 2-node batch job runs on dgx01 and dgx02; an Xid 79 on dgx02: Slurm's health program
+    drains it for good and requeues the job, the controller's timer lets the spare into the partition, and the job
+    completes on dgx01 and dgx03. The repaired dgx02, resumed, is held as the spare. Status and history show it."""
+    args = ["--inventory", str(lab)]
+    failing, spare = f"{P}dgx02", f"{P}dgx03"
+    cluster = lab / "cluster.yml"
+    declared = cluster.read_text()
+    cluster.write_text(with_spare(declared, spare))
+    job = ""
+    try:
+        corectl("provision", *args, "--limit", f"{P}head01", "--tags", "slurm")
+        held = wait_for(spares_now, lambda s: s["pools"] and s["pools"][0]["spares"] == [spare], 90)
+        assert held["pools"][0]["spares"] == [spare], held
+        assert slurm_reason(spare) == "resv|none"
+        # validated in its reservation like any idle node
+        validated = corectl("validate-nodes", spare, *args).stdout
+        assert f"{spare}: pass" in validated, validated
+
+        job = sbatch("--nodes=2", "--ntasks-per-node=1", "--mem=64", "--gres=gpu:1", "--time=10",
+                     "--wrap", TWO_NODE_JOB)  # fmt: skip
+        running = wait_for(lambda: job_fields(job), lambda f: f.get("JobState") == "RUNNING", 120)
+        assert running.get("NodeList") == f"{P}dgx[01-02]", running  # never on the spare
+        docker_exec(DGX2, "gpu-sim", "fault", "xid", "--gpu", "2", "--xid", "79")
+        # Slurm's own run of the health program (every 30 s here) drains dgx02 for good
+        reason = wait_for(lambda: slurm_reason(failing), lambda r: r.startswith(("drain|", "drng|")), 150)
+        assert reason.startswith(("drain|corectl-health: xid: ", "drng|corectl-health: xid: ")), reason
+        assert reason.endswith(" (kept)"), reason
+        swapped = wait_for(spares_now, lambda s: s["pools"][0]["covers"] == {spare: failing}, 150)
+        assert swapped["pools"][0]["spares"] == [], swapped
+        [swap] = [e for e in swapped["events"] if e["event"] == "swap"]
+        print(f"spare {spare} entered batch {swap['at'] - drained_at(failing)} s after {failing} was drained"
+              " (health-check interval 30 s)")  # fmt: skip
+        done = wait_for(lambda: job_fields(job), lambda f: f.get("JobState") in ("COMPLETED", "FAILED", None), 300)
+        assert (done.get("JobState"), done.get("NodeList"), done.get("Restarts")) == (
+            "COMPLETED", f"{P}dgx[01,03]", "1"
+        ), done  # fmt: skip
+        assert done.get("AdminComment", "").startswith(f"requeued by corectl: {failing} drained: corectl-health: xid:")
+
+        # repaired: the fault gone, the operator resumes it; it is held as the spare
+        docker_exec(DGX2, "gpu-sim", "clear", "xid")
+        resumed = corectl("resume", failing, *args).stdout
+        assert f"{failing}: cleared xid: " in resumed, resumed
+        back = wait_for(spares_now, lambda s: s["pools"][0]["spares"] == [failing], 150)
+        assert back["pools"][0]["covers"] == {}, back
+        assert slurm_reason(failing) == "resv|none" and slurm_reason(spare) == "idle|none"
+        status = " ".join(corectl("status", *args).stdout.split())
+        assert f"spares of batch (1 of 1 held): {failing}" in status, status
+        history = " ".join(corectl("history", failing, *args).stdout.split())
+        assert f"spare in ok: {spare} entered batch for {failing} (corectl-health: xid: " in history, history
+        assert f"held as spare ok: {failing} is back in service and held as a spare of batch; {spare} stays" in history
+    finally:
+        if job:
+            docker_exec(HEAD, "scancel", job, check=False)
+        docker_exec(DGX2, "sh", "-c", FAULTS["xid"][1])
+        cluster.write_text(declared)
+        corectl("provision", *args, "--limit", f"{P}head01", "--tags", "slurm")
+        assert wait_for(spares_now, lambda s: s["pools"] == [], 90)["pools"] == []
+        free = docker_exec(HEAD, "scontrol", "show", "reservation", check=False)
+        assert wait_for(lambda: docker_exec(HEAD, "scontrol", "show", "reservation", check=False),
+                        lambda r: "corectl_spares_" not in r, 90), free  # fmt: skip
+        for node in (failing, spare):
+            assert wait_for(lambda n=node: slurm_reason(n), lambda r: r == "idle|none", 120) == "idle|none"
 
 
 def test_remove_node_waits_for_jobs_and_leaves_slurm_prometheus_and_cluster_yml_consistent(

@@ -679,13 +679,16 @@ def test_slurm_health_program_drains_with_the_check_name_and_resumes(node: SimNo
     (slurm / "no-requeue").write_text("4103\n")
     before = (slurm / "log").read_text()
     node.sim("fault", "lost-gpu", "--gpu", "5")
-    assert health()[0] == 1 and "requeue" not in (slurm / "log").read_text()
+    rc, reason = health()
+    assert rc == 1 and "requeue" not in (slurm / "log").read_text()
+    assert not reason.endswith(" (kept)"), reason  # no spare takes its place: it passes again by itself
     node.sim("clear", "all")
     assert health() == (0, "")
     before = (slurm / "log").read_text()
     node.sim("fault", "xid", "--gpu", "0", "--xid", "79")
     rc, reason = health()
     assert rc == 1 and reason.startswith("corectl-health: xid: XID 79 on PCI:0000:18:00")
+    assert reason.endswith(" (kept)"), reason  # out for good: the controller's corectl-spares covers it
     assert (slurm / "squeue-args").read_text().split() == [
         "--noheader", "--nodelist=dgx01", "--states=RUNNING", "--format=%i"
     ]  # fmt: skip

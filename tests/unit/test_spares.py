@@ -50,9 +50,8 @@ class FakeSlurm:
         reserved = {n for nodes in self.held.values() for n in nodes}
         found = {}
         for node, (state, reason) in self.states.items():
-            if node in reserved and "DRAIN" not in state:
-                state += "+RESERVED"
-            found[node] = {"NodeName": node, "State": state} | ({"Reason": f"{reason} [root@now]"} if reason else {})
+            shown = f"{state}+RESERVED" if node in reserved and "DRAIN" not in state else state
+            found[node] = {"NodeName": node, "State": shown} | ({"Reason": f"{reason} [root@now]"} if reason else {})
         return found
 
     def partition_nodes(self, partition: str) -> list[str]:

@@ -266,7 +266,7 @@ VARIANTS = [
     ),
     (
         '      max_time: 2-00:00:00\n    - name: interactive\n      nodes: dgx[11-12]\n      max_time: "08',
-        '      max_time: 2-00:00:00\n      spares: {nodes: dgx12}\n    - name: interactive\n      nodes: dgx[11-12]\n'
+        "      max_time: 2-00:00:00\n      spares: {nodes: dgx12}\n    - name: interactive\n      nodes: dgx[11-12]\n"
         '      spares: {nodes: dgx12}\n      max_time: "08',
         "slurm.partitions[1].spares.nodes",
         "spare 'dgx12' is already a spare of partition batch",

@@ -59,10 +59,15 @@ def slurm_events(ctx: Context, warn: Warn, days: int = 30) -> list[NodeEvent]:
     return slurm_read(ctx, warn, days).events
 
 
+# corectl-spares' events (corectl.slurm.SpareEvent) as the history names them
+SPARE_ACTIONS = {"held": "held as spare", "swap": "spare in", "spare": "held as spare", "back": "spare back",
+                 "short": "no spare", "released": "spare released"}  # fmt: skip
+
+
 def spare_actions(events: list[SpareEvent], node: str) -> list[Action]:
     """The spares' changes that concern ``node`` (it entered, was held, or was covered), as actions."""
     return [
-        Action(node=node, at=epoch_stamp(e.at), action=f"spare {e.event}", outcome="ok", detail=e.message)
+        Action(node, epoch_stamp(e.at), SPARE_ACTIONS.get(e.event, f"spare {e.event}"), "ok", e.message)
         for e in events
         if node in (e.node, e.covered)
     ]
