@@ -275,6 +275,11 @@ def test_a_spare_takes_the_place_of_a_node_failed_for_hardware_and_the_repaired_
         history = " ".join(corectl("history", failing, *args).stdout.split())
         assert f"spare in ok: {spare} entered batch for {failing} (corectl-health: xid: " in history, history
         assert f"held as spare ok: {failing} is back in service and held as a spare of batch; {spare} stays" in history
+        # the report: the failure, the spare that covered it and when, the repair
+        shown = json.loads(corectl("report", *args, "--days", "1", "--json").stdout)["spares"]
+        [cover] = [c for c in shown["covers"] if c["spare"] == spare]
+        assert cover["node"] == failing and cover["repair_s"] is not None, shown
+        print(f"report: {failing} covered after {cover['cover_s']:.0f} s, back after {cover['repair_s']:.0f} s")
     finally:
         if job:
             docker_exec(HEAD, "scancel", job, check=False)

@@ -268,7 +268,7 @@ FAULTS = [
     # (fault id, how to inject it, check that must report it first, words its message must contain)
     ("lost-gpu", ["fault", "lost-gpu", "--gpu", "5"], "gpu-count", "7 of 8 GPUs visible"),
     ("ecc", ["fault", "ecc", "--gpu", "2"], "ecc", "GPU 2: 1 volatile uncorrectable ECC error(s) (max 0)"),
-    ("xid", ["fault", "xid", "--gpu", "0", "--xid", "79"], "xid", "XID 79 on PCI:0000:18:00: GPU has fallen off"),
+    ("xid", ["fault", "xid", "--gpu", "0", "--xid", "79"], "xid", "XID 79 on PCI:0000:18:00 (GPU 0): GPU has fallen"),
     ("nvlink-down", ["fault", "nvlink-down", "--gpu", "3", "--link", "7"], "nvlink", "GPU 3 link 7 inactive"),
     ("fm-stopped", None, "fabricmanager", "nvidia-fabricmanager is inactive"),
     ("fm-version-mismatch", None, "fm-version", "Fabric Manager 580.105.08 installed, driver 580.95.05 loaded"),
@@ -385,13 +385,14 @@ def test_application_xids_are_reported_and_old_xids_ignored(node: SimNode):
     rc, report = node.report("--only", "xid")
     assert rc == 0, report
     assert message(report, "xid") == (
-        "warning: application errors, not drained: XID 13 on PCI:0000:2a:00; XID 31 on PCI:0000:3a:00 (last 3600 s)"
+        "warning: application errors, not drained: XID 13 on PCI:0000:2a:00 (GPU 1); XID 31 on PCI:0000:3a:00 (GPU 2)"
+        " (last 3600 s)"
     )
     node.config["xid_window_s"] = 3 * 3600
     rc, report = node.report("--only", "xid")
     assert rc == 1
     assert message(report, "xid").startswith(
-        "XID 48 on PCI:0000:5d:00: Double Bit ECC Error. [NVIDIA: WORKFLOW_XID_48, then WORKFLOW_XID_48; kept since "
+        "XID 48 on PCI:0000:5d:00 (GPU 3): Double Bit ECC Error. [NVIDIA: WORKFLOW_XID_48, then WORKFLOW_XID_48; kept"
     )
 
 
@@ -401,7 +402,7 @@ def test_a_hardware_xid_stays_through_a_reboot_until_cleared(node: SimNode):
     node.sim("fault", "xid", "--gpu", "4", "--xid", "119")
     first = node.check("--slurm")
     assert first.returncode == 3  # a failure the node keeps (hardware): Slurm's health program requeues its jobs
-    assert first.stdout.startswith("xid: XID 119 on PCI:0000:9a:00: Timeout after 6s of waiting for RPC response")
+    assert first.stdout.startswith("xid: XID 119 on PCI:0000:9a:00 (GPU 4): Timeout after 6s of waiting for RPC")
     assert "[NVIDIA: RESET_GPU, then INVESTIGATE_SW; kept since " in first.stdout
     node.sim("boot")  # the stand-in's reboot: the kernel log starts anew
     assert node.tool("gpu-sim", "kernel-log").stdout == ""
@@ -411,7 +412,7 @@ def test_a_hardware_xid_stays_through_a_reboot_until_cleared(node: SimNode):
     assert node.check("--slurm", "--only", "xid").stdout == first.stdout
     cleared = node.check("--clear-sticky", "corectl resume")
     assert cleared.returncode == 0
-    assert cleared.stdout.startswith("cleared xid: XID 119 on PCI:0000:9a:00: Timeout after 6s")
+    assert cleared.stdout.startswith("cleared xid: XID 119 on PCI:0000:9a:00 (GPU 4): Timeout after 6s")
     assert node.check("--slurm", "--only", "xid").returncode == 0
     assert node.check("--clear-sticky", "again", "--json").stdout.count('"cleared": []') == 1
 
@@ -441,7 +442,7 @@ def test_gpu_off_the_bus_with_and_without_its_xid(node: SimNode, tmp_path: Path)
     node.sim("fault", "xid", "--gpu", "0", "--xid", "79")
     log.write_text(node.tool("gpu-sim", "kernel-log").stdout + fallen)
     slurm = node.check("--slurm", "--only", "xid")
-    assert slurm.stdout.startswith("xid: XID 79 on PCI:0000:18:00: GPU has fallen off the bus. [NVIDIA: RESTART_BM")
+    assert slurm.stdout.startswith("xid: XID 79 on PCI:0000:18:00 (GPU 0): GPU has fallen off the bus. [NVIDIA: REST")
     assert "more kept" not in slurm.stdout
 
 

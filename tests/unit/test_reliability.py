@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
@@ -145,6 +146,7 @@ class Cluster3:
             self.name, self.roles = name, ["compute"]
 
     nodes: ClassVar[list[Node]] = [Node("nodeA"), Node("nodeB"), Node("nodeC")]
+    config = SimpleNamespace(slurm=SimpleNamespace(partitions=[]))  # no spare pools
 
 
 def test_cli_report(site: Site):

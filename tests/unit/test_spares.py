@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
@@ -13,6 +14,8 @@ import pytest
 
 from conftest import ROOT
 from corectl.drain_reason import DrainReason, Source
+from corectl.health.coverage import capacity_line, spares_period
+from corectl.health.reliability import Outage
 from corectl.site.loader import load_cluster
 from corectl.site.render import slurm_vars
 
@@ -197,3 +200,54 @@ def test_cluster_yml_pools_reach_the_role(root: Path, tmp_path: Path):
     assert pools == [
         {"partition": "batch", "reservation": "corectl_spares_batch", "nodes": ["dgx11", "dgx12"], "repaired": "back"}
     ]
+
+
+def test_the_report_times_each_failure_to_its_spare_and_its_repair_and_the_capacity_over_the_period():
+    since = datetime(2026, 12, 1, tzinfo=UTC)
+    until = since + timedelta(days=1)
+    at = since.timestamp()
+
+    def outage(node: str, start_h: float, end_h: float | None) -> Outage:
+        start = since + timedelta(hours=start_h)
+        end = until if end_h is None else since + timedelta(hours=end_h)
+        return Outage(node, start, end, end_h is None, "xid", KEPT_XID)
+
+    gone = [outage("dgx02", 2, 8), outage("dgx05", 20, None), outage("dgx06", 22, 23)]
+    changes = [
+        (int(at - 3600), "batch", "held", "dgx03", "", "dgx03 held as a spare of batch"),
+        (int(at + 2 * 3600 + 4), "batch", "swap", "dgx03", "dgx02", "dgx03 entered batch for dgx02 (...)"),
+        (int(at + 8 * 3600 + 30), "batch", "spare", "dgx02", "dgx03", "dgx02 is back in service and held ..."),
+        (int(at + 20 * 3600 + 30), "batch", "swap", "dgx02", "dgx05", "dgx02 entered batch for dgx05 (...)"),
+        (int(at + 22 * 3600 + 10), "batch", "short", "dgx06", "dgx06", "dgx06 is out of service (...); no spare"),
+    ]
+    period = spares_period(gone, changes, computes=6, pool=1, since=since, until=until)
+    covered = [(c.node, c.spare, c.to_cover, c.to_repair) for c in period.covers]
+    assert covered == [
+        ("dgx02", "dgx03", timedelta(seconds=4), timedelta(hours=6)),
+        ("dgx05", "dgx02", timedelta(seconds=30), None),  # still out at the period's end
+        ("dgx06", None, None, timedelta(hours=1)),  # no spare was left for it
+    ]
+    assert [(c.at - since, c.in_service, c.spares_in_use) for c in period.capacity] == [
+        (timedelta(0), 5, 0),
+        (timedelta(hours=2), 4, 0),
+        (timedelta(hours=2, seconds=4), 5, 1),
+        (timedelta(hours=8), 6, 1),  # repaired, not yet held: one node more than declared for 30 s
+        (timedelta(hours=8, seconds=30), 5, 0),
+        (timedelta(hours=20), 4, 0),
+        (timedelta(hours=20, seconds=30), 5, 1),
+        (timedelta(hours=22), 4, 1),
+        (timedelta(hours=23), 5, 1),
+    ]
+    # short: 4 s and 30 s of one node, then dgx06's hour
+    assert period.short_node_hours == pytest.approx((4 + 30) / 3600 + 1)
+    assert (period.lowest.in_service, period.most_in_use) == (4, 1)
+    shown = period.as_json()
+    assert shown["covers"][0] == {
+        "node": "dgx02", "failed": "2026-12-01T02:00:00Z", "spare": "dgx03", "covered": "2026-12-01T02:00:04Z",
+        "cover_s": 4.0, "repaired": "2026-12-01T08:00:00Z", "repair_s": 21600.0,
+    }  # fmt: skip
+    line = capacity_line(period, lambda when: when.strftime("%H:%M:%S"))
+    assert line == (
+        "capacity: 5 of 5 declared nodes in service at the end; lowest 4 (02:00:00); spares in use at most 1 of 1;"
+        " 1.01 node-hours short"
+    )

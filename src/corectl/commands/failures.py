@@ -28,6 +28,7 @@ from rich.text import Text
 
 from corectl.errors import CorectlError
 from corectl.health import failures
+from corectl.health.coverage import SparesPeriod, capacity_line, cover_cells, spares_period
 from corectl.health.failures import Action, Drain, Entry, Offenders, RmaCase, Verdict, rule, thresholds
 from corectl.health.page import report_page, utilisation_line
 from corectl.health.reliability import Figures, Outage, Reliability, figure_cells, hours, outages, percent, reliability
@@ -208,12 +209,19 @@ def report(ctx: Context, now: datetime, days: int, warn: Warn) -> tuple[Reliabil
     site = ctx.site
     require_cluster_file(site)
     since, until = failures.window(days, now)
-    evidence = failures.window_evidence(site, since, until, slurm_events(ctx, warn, days))
+    slurm = slurm_read(ctx, warn, days)
+    evidence = failures.window_evidence(site, since, until, slurm.events)
     computes = [node.name for node in ctx.cluster.nodes if "compute" in node.roles]
     figures = reliability(computes, evidence, parse_stamp(since), parse_stamp(until))
     judged = {"checks": list(CHECK_ORDER[2:]), "thresholds": health_thresholds(site)}
-    of = Period(outages(evidence, figures.since, figures.until), read_usage(ctx, figures.since, figures.until))
-    return figures, judged, of
+    gone = outages(evidence, figures.since, figures.until)
+    pool = sum(len(p.spare_names()) for p in ctx.cluster.config.slurm.partitions)
+    spares = (
+        spares_period(gone, slurm.spare_events, len(computes), pool, figures.since, figures.until)
+        if pool or slurm.spare_events
+        else None
+    )
+    return figures, judged, Period(gone, read_usage(ctx, figures.since, figures.until), spares)
 
 
 def health_thresholds(site: Site) -> dict[str, Any]:
@@ -239,6 +247,7 @@ class Period:
 
     outages: list[Outage]
     read: UsageRead
+    spares: SparesPeriod | None = None  # a site with spare pools (or a history of them)
 
 
 def check_html_path(path: Path) -> None:
@@ -252,7 +261,7 @@ def check_html_path(path: Path) -> None:
 def write_html(site: Site, figures: Reliability, of: Period, path: Path, made: datetime) -> None:
     """The report as one self-contained HTML page at ``path``; a path that cannot be written: a one-line
     error (exit 2)."""
-    page = report_page(site.name, figures, of.outages, of.read, made)
+    page = report_page(site.name, figures, of.outages, of.read, made, of.spares)
     try:
         path.write_text(page, encoding="utf-8")
     except OSError as exc:
@@ -290,7 +299,18 @@ def period_view(of: Period) -> list[RenderableType]:
         parts.append(table)
     else:
         parts.append(Text("out of service: no node (no failure drain in the period)"))
+    if of.spares is not None:
+        parts.append(Text(capacity_line(of.spares, _shown)))
+        if of.spares.covers:
+            table = Table("node", "failed", "spare", "covered after", "repaired after", title="failures and spares")
+            for cover in of.spares.covers:
+                table.add_row(*cover_cells(cover, _shown))
+            parts.append(table)
     return parts
+
+
+def _shown(at: datetime) -> str:
+    return shown_time(failures.stamp(at))
 
 
 def period_json(of: Period) -> dict[str, Any]:
@@ -326,6 +346,7 @@ def period_json(of: Period) -> dict[str, Any]:
             }
             for o in of.outages
         ],
+        "spares": None if of.spares is None else of.spares.as_json(),
     }
 
 

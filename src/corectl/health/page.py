@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from html import escape
 
 from corectl.health import charts
+from corectl.health.coverage import SparesPeriod, capacity_line, cover_cells
 from corectl.health.reliability import Outage, Reliability, figure_cells, hours, percent
 from corectl.health.usage import Share, UsageRead, Utilisation
 from corectl.words import counted
@@ -132,7 +133,20 @@ def _reliability(figures: Reliability) -> list[str]:
     return parts
 
 
-def report_page(site: str, figures: Reliability, outages: Sequence[Outage], read: UsageRead, made: datetime) -> str:
+def _spares(of: SparesPeriod | None) -> list[str]:
+    if of is None:
+        return []
+    parts = ["<h2>Spares and capacity</h2>", f"<p>{escape(capacity_line(of, clock))}.</p>"]
+    rows = [cover_cells(c, clock) for c in of.covers]
+    if rows:
+        parts.append(table(("node", "failed", "spare", "covered after", "repaired after"), rows, numeric=(3, 4)))
+    return parts
+
+
+def report_page(
+    site: str, figures: Reliability, outages: Sequence[Outage], read: UsageRead, made: datetime,
+    spares: SparesPeriod | None = None,
+) -> str:  # fmt: skip
     """The whole page."""
     since, until = figures.since, figures.until
     title = f"{site}: {clock(since)} to {clock(until)}"
@@ -148,6 +162,7 @@ def report_page(site: str, figures: Reliability, outages: Sequence[Outage], read
         *_usage(read),
         *_utilisation(read, since, until),
         *_outages(outages, since, until),
+        *_spares(spares),
         *_reliability(figures),
         "</body></html>",
     ]

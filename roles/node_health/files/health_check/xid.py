@@ -46,6 +46,33 @@ def xid_events(text: str) -> list[tuple[str, int, str, str]]:
     return events
 
 
+XID_PCI = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})")
+
+
+def gpu_indexes(node: Node) -> dict[tuple[int, ...], str]:
+    """(domain, bus, device) -> the GPU's nvidia-smi index (the one CUDA_VISIBLE_DEVICES and every other tool use),
+    from the query every GPU check shares; none where nvidia-smi does not answer (a GPU that fell off the bus can
+    take it down: the Xid is then named by its PCI address alone)."""
+    try:
+        rows = node.query(["index", "pci.bus_id"])
+    except CheckFailed:
+        return {}
+    found = {}
+    for row in rows:
+        match = XID_PCI.search(row.get("pci.bus_id", ""))
+        if match:
+            found[tuple(int(part, 16) for part in match.groups())] = row.get("index", "?")
+    return found
+
+
+def named(pci: str, mig: str, indexes: dict[tuple[int, ...], str]) -> str:
+    """``PCI:0000:3a:00 (GPU 2)``: an Xid line's GPU by its address and, where nvidia-smi lists it, its index."""
+    match = XID_PCI.search(pci)
+    index = indexes.get(tuple(int(part, 16) for part in match.groups())) if match else None
+    said = ", ".join(part for part in (f"GPU {index}" if index is not None else "", mig) if part)
+    return f"{pci} ({said})" if said else pci
+
+
 def bus_lost(text: str) -> list[tuple[str, str]]:
     """(PCI address as Xid lines write it, what happened) per GPU the kernel log says has fallen off the bus.
 
@@ -113,9 +140,10 @@ def check_xid(node: Node) -> str:
         if pci.lower() not in with_79:
             message = f"GPU on {pci} {what}; no Xid 79 logged for it"
             seen.append({"check": "xid", "key": f"lost {pci.lower()}", "message": message, "advice": lost_advice})
+    indexes = gpu_indexes(node) if all_events else {}
     for pci, xid, detail, mig in all_events:
         kind, advice = xid_class(config, xid, detail)
-        where = f"{pci}{f' ({mig})' if mig else ''}"
+        where = named(pci, mig, indexes)
         if kind == "application":
             reported.append(f"XID {xid} on {where}")
         elif kind == "hardware":
