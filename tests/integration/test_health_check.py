@@ -139,6 +139,7 @@ class SimNode:
             "mounts": [mount] if mount else [],
             "services": ["munge", "slurmd"],
             "clock": True,
+            "dcgm_health": False,  # no host engine runs here but in the DCGM tests
             "dcgm_diag_level": 0,
             "command_timeout_s": 30,
             "state_dir": str(root / "state"),
@@ -241,7 +242,7 @@ def test_healthy_node_passes_every_check(node: SimNode):
     assert report["node"] == socket.gethostname().split(".")[0]
     assert [c["name"] for c in report["checks"]] == CHECK_ORDER
     status = {c["name"]: c["status"] for c in report["checks"]}
-    expected_skips = {"dcgm-diag"} | ({"mounts"} if not node.config["mounts"] else set())
+    expected_skips = {"dcgm-diag", "dcgm-health"} | ({"mounts"} if not node.config["mounts"] else set())
     assert {name for name, s in status.items() if s == "skip"} == expected_skips
     assert set(c["status"] for c in report["checks"]) <= {"pass", "skip"}
     assert message(report, "gpu-count") == "8 x NVIDIA H100 80GB HBM3"
@@ -470,6 +471,32 @@ def test_dcgm_diag(node: SimNode):
     rc, report = node.report("--only", "dcgm-diag", "--level", "2")
     assert rc == 1
     assert message(report, "dcgm-diag").startswith("dcgmi diag -r 2 failed: GPU 4: XID 79 at ")
+
+
+def test_dcgm_health_watches_are_set_again_and_name_the_gpu_and_system(node: SimNode):
+    """Issue 47: DCGM's background health watches. A host engine that (re)started has none: the check sets them and
+    says so; a Warning is said and drains nothing; a Failure fails the node, naming the GPU and the system."""
+    node.config["dcgm_health"] = True
+    node.start_hostengine()
+    rc, report = node.report("--only", "dcgm-health")
+    assert rc == 0 and message(report, "dcgm-health").startswith("warning: DCGM health watches were not set"), report
+    rc, report = node.report("--only", "dcgm-health")
+    assert (rc, message(report, "dcgm-health")) == (0, "DCGM health watches: healthy")
+    node.sim("fault", "dcgm-pcie-replay", "--gpu", "3")
+    rc, report = node.report("--only", "dcgm-health")
+    assert rc == 0, report
+    assert message(report, "dcgm-health").startswith(
+        "warning: DCGM health: GPU 3 PCIe system: Warning: Detected more than 8 PCIe replays per minute for GPU 3"
+    )
+    node.sim("fault", "dcgm-dbe", "--gpu", "5")
+    rc, report = node.report("--only", "dcgm-health")
+    assert rc == 1
+    assert message(report, "dcgm-health") == (
+        "DCGM health: GPU 5 Memory system: Failure: Detected 1 volatile double-bit ECC error(s) in GPU 5. Drain the"
+        " GPU and reset it or reboot the node."
+    )
+    node.sim("clear", "all")
+    assert node.report("--only", "dcgm-health")[0] == 0
 
 
 def test_gpudirect_needs_its_module_loaded(node: SimNode, tmp_path: Path):

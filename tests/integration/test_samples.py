@@ -733,6 +733,47 @@ def test_standin_dcgmi_diag_has_the_real_table(sim: Sim, engine: str):
     assert {"DCGM Version", "Driver Version Detected"} <= rows(out) <= rows(sample("dcgmi-diag-r3.h200-8gpu.pass.txt"))
 
 
+# --------------------------------------------------------------------------- dcgmi health -c (issue 47)
+
+HEALTH_WARNING = "dcgmi-health-c.power-warning.l4.dcgm-461.txt"
+HEALTH_HEALTHY = "dcgmi-health-c.healthy.gb200.dcgm-452.txt"
+POWER_WARNING = (
+    "Detected clocks event due to power violation in GPU 0. Monitor the power conditions. This GPU can still perform"
+    " workload."
+)
+
+
+def test_dcgmi_health_tables_are_read_with_gpu_system_severity_and_the_whole_message():
+    assert hc.health_incidents(sample(HEALTH_HEALTHY)) == ("Healthy", [])
+    incident = ("GPU 0", "Power system", "Warning", POWER_WARNING)
+    assert hc.health_incidents(sample(HEALTH_WARNING)) == ("Warning", [incident])
+    watched = ("dcgmi", "health", "-c")
+    assert hc.check_dcgm_health(CannedNode({watched: sample(HEALTH_HEALTHY)}, gpu_count=1)) == (
+        "DCGM health watches: healthy"
+    )
+    said = hc.check_dcgm_health(CannedNode({watched: sample(HEALTH_WARNING)}, gpu_count=1))
+    assert said == f"warning: DCGM health: GPU 0 Power system: Warning: {POWER_WARNING}"  # said, not drained
+    # a Failure the same way (DCGM's own words for a double-bit error) fails the node, naming GPU and system
+    failure = sample(HEALTH_WARNING).replace("Warning ", "Failure ").replace("Power system", "Memory system")
+    with pytest.raises(hc.CheckFailed, match=r"^DCGM health: GPU 0 Memory system: Failure: Detected clocks"):
+        hc.check_dcgm_health(CannedNode({watched: failure}, gpu_count=1))
+
+
+def test_standin_dcgmi_health_has_the_real_table(sim: Sim, engine: str):
+    assert box_widths(sample(HEALTH_WARNING)) == box_widths(sample(HEALTH_HEALTHY)) == {88}
+    # no watch set: DCGM's own error (NVIDIA/DCGM#176)
+    unset = sim.run("dcgmi", "health", "-c", "--host", engine, check=1)
+    assert unset.startswith("Error: Health watches not enabled. Please enable watches.")
+    assert sim.run("dcgmi", "health", "-s", "a", "--host", engine) == "Health monitor systems set successfully.\n"
+    assert sim.run("dcgmi", "health", "-c", "--host", engine) == sample(HEALTH_HEALTHY)
+    sim.run("gpu-sim", "fault", "dcgm-pcie-replay", "--gpu", "3")
+    out = sim.run("dcgmi", "health", "-c", "--host", engine)
+    assert box_widths(out) == {88}
+    overall, [incident] = hc.health_incidents(out)
+    assert (overall, incident[:3]) == ("Warning", ("GPU 3", "PCIe system", "Warning"))
+    assert incident[3].startswith("Detected more than 8 PCIe replays per minute for GPU 3 : 13 Reconnect PCIe card.")
+
+
 # --------------------------------------------------------------------------- nvidia-smi -q: PCIe link, HBM (issue 33)
 
 Q_H100 = "nvidia-smi-q.h100-sxm.545.23.08.txt"

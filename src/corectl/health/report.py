@@ -50,6 +50,7 @@ CHECK_ORDER = (
     "nvme",
     "services",
     "clock",
+    "dcgm-health",
     "dcgm-diag",
     "nccl",  # only when named: burn-in and validation jobs
     "nccl-pair",  # only when named: validation's pairwise round

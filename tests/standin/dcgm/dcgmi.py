@@ -4,8 +4,8 @@
 dcgmi --version
 dcgmi discovery -l [--host H[:PORT]]
 dcgmi diag -r 1|2|3|short|medium|long [-i 0,1] [-j] [--host H[:PORT]]     exit 0 pass, 226 fail
-dcgmi health -c [-j] [-g GROUP] [--host H[:PORT]]
-dcgmi health -s a                                                       (accepted, no-op)
+dcgmi health -c [-g GROUP] [--host H[:PORT]]      the watches' incidents (gpu-sim faults dcgm-*), in DCGM's table
+dcgmi health -s SYSTEMS [--host H[:PORT]]          set the watches (the host engine holds them until it restarts)
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import json
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -193,23 +194,46 @@ def cmd_diag(args: argparse.Namespace) -> int:
     return EXIT_DIAG_FAIL if overall == "Fail" else 0
 
 
+# `dcgmi health -c` as DCGM prints it (tests/samples/dcgmi-health-c.*.txt): two columns, 25 and 56 characters
+# wide, messages wrapped at 54; "Error: Health watches not enabled. ..." while no watch is set (NVIDIA/DCGM#176).
+HEALTH_RULE = "+" + "-" * 27 + "+" + "-" * 58 + "+"
+SEVERITY_ORDER = ("Healthy", "Warning", "Failure")
+
+
+def _health_row(left: str, right: str) -> str:
+    return f"| {left:<25} | {right:<56} |"
+
+
+def health_table(incidents: list[dict[str, Any]]) -> str:
+    worst = max((i["severity"] for i in incidents), key=SEVERITY_ORDER.index, default="Healthy")
+    lines = [HEALTH_RULE, f"| {'Health Monitor Report':<85}|", HEALTH_RULE.replace("-", "="),
+             _health_row("Overall Health", worst)]  # fmt: skip
+    gpus = sorted({i["gpu"] for i in incidents})
+    if gpus:
+        lines.append(_health_row("GPU", ""))
+    for gpu in gpus:
+        mine = [i for i in incidents if i["gpu"] == gpu]
+        lines.append(_health_row(f"-> {gpu}", max((i["severity"] for i in mine), key=SEVERITY_ORDER.index)))
+        lines.append(_health_row("   -> Errors", ""))
+        for incident in mine:
+            lines.append(_health_row(f"      -> {incident['system']}", incident["severity"]))
+            lines += [_health_row("", part) for part in textwrap.wrap(incident["message"], 54)]
+    return "\n".join([*lines, HEALTH_RULE])
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     if args.set is not None:
+        request(args.host, {"op": "health_set", "systems": args.set})
         print("Health monitor systems set successfully.")
         return 0
     if not args.check:
-        print("Usage: dcgmi health -c [-j] | -s <systems>", file=sys.stderr)
+        print("Usage: dcgmi health -c | -s <systems>", file=sys.stderr)
+        return 1
+    if not request(args.host, {"op": "health_watches"}).get("systems"):
+        print("Error: Health watches not enabled. Please enable watches. ")
         return 1
     state = fetch_state(args.host)
-    incidents = [dict(i, health="Failure") for r in evaluate(state, None) for i in r["incidents"]]
-    overall = "Failure" if incidents else "Healthy"
-    if args.json:
-        print(json.dumps({"overall_health": overall, "incidents": incidents}, indent=2))
-    else:
-        rows = [("Group", str(args.group)), ("Overall Health", overall)]
-        for incident in incidents:
-            rows.append((f"GPU {incident['gpu']} {incident['system']}", incident["message"][:60]))
-        print("\n".join(_box(rows, 26, 60)))
+    print(health_table([i for gpu in gpusim.present_gpus(state) for i in gpusim.dcgm_health_incidents(gpu)]))
     return 0
 
 
@@ -235,7 +259,6 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("-c", "--check", action="store_true")
     health.add_argument("-s", "--set")
     health.add_argument("-g", "--group", default="0")
-    health.add_argument("-j", "--json", action="store_true")
     health.add_argument("--host")
     health.set_defaults(func=cmd_health)
     return parser

@@ -9,6 +9,8 @@ Protocol on TCP (default 127.0.0.1:5555): one JSON request per line, one JSON an
   {"op": "ping"}  -> {"ok": true}
   {"op": "state"} -> {"ok": true, "state": <GPU description>}
   {"op": "version"} -> {"ok": true, "version": "4.2.3"}
+  {"op": "health_set", "systems": "a"} -> {"ok": true}     the health watches (held in memory: a restart loses them)
+  {"op": "health_watches"} -> {"ok": true, "systems": "a"}  ("" when none is set)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path[:0] = [str(_HERE), str(_HERE.parent / "gpusim"), str(_HERE.parent / "li
 import gpusim  # noqa: E402
 
 NAME = "hostengine"
+WATCHES = {"systems": ""}
 
 
 def answer(request: object) -> dict:
@@ -38,6 +41,11 @@ def answer(request: object) -> dict:
         return {"ok": True}
     if op == "version":
         return {"ok": True, "version": gpusim.installed_dcgm()}
+    if op == "health_set":
+        WATCHES["systems"] = str(request.get("systems", ""))
+        return {"ok": True}
+    if op == "health_watches":
+        return {"ok": True, "systems": WATCHES["systems"]}
     if op == "state":
         state = gpusim.load_or_none()
         code, message = gpusim.driver_check(state)

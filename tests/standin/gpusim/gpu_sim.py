@@ -53,11 +53,12 @@ if TYPE_CHECKING:  # annotations only: a tool started on every health check impo
 # ib-slow: a port (--device) stays ACTIVE at its rate but carries a quarter of it (a bad cable: ib_write_bw sees it)
 # ib-saturated: a port's link_downed counter at its 8-bit maximum, 255 (a real ConnectX-7 port's, tests/samples);
 # edac-ue-logged: the kernel logged an uncorrectable memory error (Intel skx's line, tests/samples) into the node's
-# persistent journal, which keeps it through a boot while EDAC's counts start from 0 (the node crashed of it)
+# persistent journal, which keeps it through a boot while EDAC's counts start from 0 (the node crashed of it);
+# dcgm-pcie-replay, dcgm-dbe: what DCGM's health watches report for a GPU (a Warning, a Failure: gpusim.DCGM_HEALTH)
 FAULTS = (
     "lost-gpu", "dead-gpu", "ecc", "xid", "nvlink-down", "hot", "ib-down", "throttle", "pcie-narrow", "hbm-hot",
     "ib-errors", "ib-flap", "edac-ue", "nvme-missing", "nvme-warning", "nccl-slow", "diag-slow", "ib-slow",
-    "ib-saturated", "edac-ue-logged",
+    "ib-saturated", "edac-ue-logged", "dcgm-pcie-replay", "dcgm-dbe",
 )  # fmt: skip
 # the EDAC core's line for an uncorrectable error as Intel's skx/i10nm drivers print it (tests/samples/dmesg-edac-*)
 EDAC_UE_LINE = (
@@ -208,6 +209,8 @@ def inject(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
         if not 0 <= args.link < len(gpu["nvlinks"]):
             raise KeyError(f"GPU {args.gpu} has no NVLink {args.link}")
         gpu["nvlinks"][args.link]["state"] = "down"
+    elif name in gpusim.DCGM_HEALTH:
+        gpu["dcgm_health"] = sorted({*gpu.get("dcgm_health", []), name})
     elif name == "hot":
         gpu["temperature_c"] = 95
     elif name == "pcie-narrow":
@@ -257,6 +260,8 @@ def repair(state: dict[str, Any], name: str, args: argparse.Namespace) -> None:
             gpu.pop("memory_temperature_c", None)
         if name in ("throttle", "all"):
             gpu["throttle_reasons"] = []
+        if name in (*gpusim.DCGM_HEALTH, "all"):
+            gpu["dcgm_health"] = [f for f in gpu.get("dcgm_health", []) if name not in (f, "all")]
 
 
 def cmd_fault(args: argparse.Namespace) -> int:

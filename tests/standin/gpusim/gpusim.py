@@ -498,6 +498,31 @@ def gpu_incidents(gpu: dict[str, Any], now: float | None = None) -> list[dict[st
     return found
 
 
+# What DCGM's health watches report for a GPU (gpu-sim faults dcgm-pcie-replay, dcgm-dbe): its system, severity and
+# message as DCGM words them (dcgm_errors.h: the message, then the next step).
+DCGM_HEALTH = {
+    "dcgm-pcie-replay": (
+        "PCIe system", "Warning",
+        "Detected more than 8 PCIe replays per minute for GPU {gpu} : 13 Reconnect PCIe card. Run system side PCIE"
+        " diagnostic utilities to verify hops off the GPU board. If issue is on the board, run the field diagnostic.",
+    ),
+    "dcgm-dbe": (
+        "Memory system", "Failure",
+        "Detected 1 volatile double-bit ECC error(s) in GPU {gpu}. Drain the GPU and reset it or reboot the node.",
+    ),
+}  # fmt: skip
+
+
+def dcgm_health_incidents(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    """The health watches' incidents of one GPU: dicts with gpu, system, severity, message."""
+    found = []
+    for fault in gpu.get("dcgm_health", []):
+        system, severity, message = DCGM_HEALTH[fault]
+        found.append({"gpu": gpu["index"], "system": system, "severity": severity,
+                      "message": message.format(gpu=gpu["index"])})  # fmt: skip
+    return found
+
+
 # --------------------------------------------------------------------------- processes
 
 

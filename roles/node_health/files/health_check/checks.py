@@ -23,7 +23,7 @@ from .core import (
     Skip,
     load_config,
 )
-from .diagnostics import check_dcgm_diag
+from .diagnostics import check_dcgm_diag, check_dcgm_health
 from .fabric import check_fabric, check_fabricmanager, check_fm_version
 from .gpu import (
     check_driver_version,
@@ -88,6 +88,7 @@ CHECKS: list[Check] = [
     Check("nvme", check_nvme, ("nvme_count", "nvme_sysfs_root", "nvme_smart_command")),
     Check("services", check_services, ("services",)),
     Check("clock", check_clock, ("clock", "clock_unsynced_grace_s")),
+    Check("dcgm-health", check_dcgm_health, ("dcgm_health",)),
     Check("dcgm-diag", check_dcgm_diag, ("dcgm_diag_level", "dcgm_diag_timeout_s")),
     Check("nccl", check_nccl, ("nccl_command", "nccl_busbw_min_gbps", "nccl_timeout_s"), on_demand=True),
     Check("nccl-pair", check_nccl_pair, ("nccl_pair_command", "nccl_pair_busbw_min_gbps"), on_demand=True),

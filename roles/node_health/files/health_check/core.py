@@ -65,6 +65,7 @@ SETTINGS: dict[str, tuple[Any, Any]] = {
     "fabricmanager_service": (str, "nvidia-fabricmanager"),
     "clock": (bool, False),
     "clock_unsynced_grace_s": (int, 300),
+    "dcgm_health": (bool, True),
     "dcgm_diag_level": (int, 0),
     "command_timeout_s": (int, 30),
     "dcgm_diag_timeout_s": (int, 3600),
