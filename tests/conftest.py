@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import pkgutil
@@ -35,6 +37,16 @@ CHECKER_TOOLS = {
     "nv-hostengine": "dcgm/nv_hostengine.py",
 }
 STANDIN_DRIVER = "580.95.05"  # the driver the simulated nodes of the host-side tests run
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    """A program file without a .py name (a shipped script, a stand-in tool) imported as module ``name``."""
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def shipped(program: Path, package: str) -> ModuleType:

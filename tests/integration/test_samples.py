@@ -15,9 +15,6 @@ with CONSTRUCTED in their name are not real output (no capture was found): SOURC
 from __future__ import annotations
 
 import datetime
-import importlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import re
@@ -28,24 +25,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 # the stand-in tools and the checker, as the checker's own tests run them
-from conftest import CHECKER, ROOT, SAMPLES, STANDIN, shipped, xid_catalog
+from conftest import CHECKER, ROOT, SAMPLES, STANDIN, load_script, shipped, xid_catalog
 from conftest import CHECKER_TOOLS as TOOLS
 from conftest import STANDIN_DRIVER as DRIVER
-
-
-def load_script(name: str, path: Path) -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
 
 hc = shipped(CHECKER, "health_check")
 

@@ -4,15 +4,13 @@ failure; cluster.yml's pools as the role gets them. The lab's end-to-end test ru
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 from corectl.drain_reason import DrainReason, Source
 from corectl.health.coverage import capacity_line, spares_period
 from corectl.health.reliability import Outage
@@ -24,13 +22,7 @@ PASSING_XID = "corectl-health: clock: not synchronised for 700 s"
 
 
 def spares_module() -> ModuleType:
-    path = ROOT / "roles" / "slurm" / "files" / "corectl-spares"
-    loader = importlib.machinery.SourceFileLoader("corectl_spares", str(path))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_script("corectl_spares", ROOT / "roles" / "slurm" / "files" / "corectl-spares")
 
 
 class FakeSlurm:

@@ -4,15 +4,13 @@ lab's end-to-end tests run the rounds as real Slurm jobs."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 # `scontrol show node --oneliner` lines as Slurm 22.05 prints them (shortened to the fields read; two spaces
 # before some keys, a Reason with spaces and its [user@time] tail)
@@ -31,13 +29,7 @@ CONFIG = {"qos": "validation", "idle_min": 30, "max_nodes": 2, "dcgm_level": 2, 
 
 
 def validate_module() -> ModuleType:
-    path = ROOT / "roles" / "slurm" / "files" / "corectl-validate"
-    loader = importlib.machinery.SourceFileLoader("corectl_validate", str(path))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_script("corectl_validate", ROOT / "roles" / "slurm" / "files" / "corectl-validate")
 
 
 def node_line(name: str, state: str = "IDLE", busy: str = "2026-11-26T06:00:00", reason: str = "") -> str:
