@@ -46,7 +46,8 @@ def health(
 
 @app.command()
 def status(inventory: InventoryOpt = None) -> None:
-    """Show compute nodes with their Slurm state, reason, running jobs, last health check and repeat offenders."""
+    """Show compute nodes with their Slurm state, reason, running jobs, last health check and repeat offenders, and
+    each partition's hot spares (held, and which spare serves for which failed node)."""
     from corectl.commands.status import status as site_status
 
     out.print(site_status(policy.reading(inventory), policy.warn))
@@ -58,7 +59,8 @@ def node_history(
     inventory: InventoryOpt = None,
     last: LastOpt = 20,
 ) -> None:
-    """A node's health verdicts, remediation actions and drains (who drained it and why), newest first."""
+    """A node's health verdicts, remediation actions, drains (who drained it and why) and hot-spare swaps, newest
+    first."""
     from corectl.commands.failures import history_view
 
     out.print(history_view(policy.reading(inventory), node, last, policy.warn))
@@ -99,7 +101,8 @@ def report(
     ] = None,
 ) -> None:
     """The period's report: GPU-hours and jobs per account and user, GPU utilisation, nodes out of service and
-    why, and the reliability figures (failures, MTBF, MTTR, availability per node and class)."""
+    why, the spares that covered them and the capacity, and the reliability figures (failures, MTBF, MTTR,
+    availability per node and class)."""
     from datetime import UTC, datetime
 
     from corectl.commands.failures import check_html_path, report_json, report_view, write_html
