@@ -270,7 +270,8 @@ def test_a_spare_takes_the_place_of_a_node_failed_for_hardware_and_the_repaired_
         assert f"{failing}: cleared xid: " in resumed, resumed
         back = wait_for(spares_now, lambda s: s["pools"][0]["spares"] == [failing], 150)
         assert back["pools"][0]["covers"] == {}, back
-        assert slurm_reason(failing) == "resv|none" and slurm_reason(spare) == "idle|none"
+        assert wait_for(lambda: slurm_reason(failing), lambda r: r == "resv|none", 90) == "resv|none"
+        assert slurm_reason(spare) == "idle|none"
         status = " ".join(corectl("status", *args).stdout.split())
         assert f"spares of batch (1 of 1 held): {failing}" in status, status
         history = " ".join(corectl("history", failing, *args).stdout.split())
