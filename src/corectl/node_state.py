@@ -89,6 +89,22 @@ def scontrol_fields(line: str) -> dict[str, str]:
     return found
 
 
+# corectl-spares' reservation of a partition's hot spares is named this and the partition
+SPARES_RESERVATION = "corectl_spares_"
+
+
+def spare_reservations(lines: list[str]) -> dict[str, str]:
+    """``scontrol show reservation --oneliner``'s lines: each hot-spare reservation -> its nodes (a Slurm host list,
+    "" for none)."""
+    found = {}
+    for line in lines:
+        resv = scontrol_fields(line)
+        name, held = resv.get("ReservationName", ""), resv.get("Nodes", "")
+        if name.startswith(SPARES_RESERVATION):
+            found[name] = "" if held == "(null)" else held
+    return found
+
+
 def unavailable(scontrol_state: str) -> bool:
     """Whether ``scontrol show node``'s ``State=`` (``IDLE+DRAIN``, ``DOWN+NOT_RESPONDING``) keeps jobs off
     the node's free resources."""

@@ -14,6 +14,7 @@ from conftest import ROOT, load_script
 from corectl.drain_reason import DrainReason, Source
 from corectl.health.coverage import capacity_line, spares_period
 from corectl.health.reliability import Outage
+from corectl.node_state import spare_reservations
 from corectl.site.loader import load_cluster
 from corectl.site.render import slurm_vars
 
@@ -243,3 +244,15 @@ def test_the_report_times_each_failure_to_its_spare_and_its_repair_and_the_capac
         "capacity: 5 of 5 declared nodes in service at the end; lowest 4 (02:00:00); spares in use at most 1 of 1;"
         " 1.01 node-hours short"
     )
+
+
+def test_the_spare_reservations_are_read_from_scontrol():
+    """The line as Slurm 22.05 printed it on the lab (its head, 2026-12-02), and one of another reservation."""
+    held = (
+        "ReservationName=corectl_spares_batch StartTime=2026-12-02T13:11:42 EndTime=2027-12-02T13:11:42 "
+        "Duration=365-00:00:00 Nodes=dgx[03-04] NodeCnt=2 CoreCnt=4 Features=(null) PartitionName=(null) "
+        "Flags=IGNORE_JOBS,SPEC_NODES TRES=cpu=4 Users=root Groups=(null) Accounts=(null) Licenses=(null) "
+        "State=ACTIVE BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)"
+    )
+    other = held.replace("corectl_spares_batch", "maint_rack4").replace("Nodes=dgx[03-04]", "Nodes=dgx07")
+    assert spare_reservations([held, other, "No reservations in the system"]) == {"corectl_spares_batch": "dgx[03-04]"}

@@ -12,6 +12,7 @@ from typing import Any
 
 from corectl import hostlist
 from corectl.files import write_if_changed
+from corectl.node_state import SPARES_RESERVATION
 from corectl.site.model import ROLES, Cluster, ClusterConfig, Fabric, Node, Profile, User
 from corectl.site.model_slurm import DEFAULT_STATE_DIR, Account, Qos
 
@@ -151,7 +152,7 @@ def slurm_vars(cluster: Cluster) -> dict[str, Any]:
         "spares": [
             {
                 "partition": p.name,
-                "reservation": f"corectl_spares_{p.name}",
+                "reservation": f"{SPARES_RESERVATION}{p.name}",
                 "nodes": p.spare_names(),
                 "repaired": p.spares.repaired,
             }
