@@ -80,18 +80,35 @@ class Outcome:
 
 
 FIRST_ERRORS = re.compile(r"^(E\s+.*\berror\b.*|.*fatal: \[.*|(FAILED|ERROR) tests/.*)$", re.IGNORECASE)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+BOX = "│"  # molecule's frame around Ansible's output
 
 
 def first_errors(log: Path, limit: int = 4, width: int = 300) -> list[str]:
-    """The first distinct error lines of a stage's log: pytest's E lines and summary, Ansible's fatal."""
+    """The first distinct error lines of a stage's log (pytest's E lines and summary), and Ansible's last two
+    fatal lines (the earlier ones are often failures a test expects and a playbook rescues), each with the task
+    it failed in and its message (the lines under it), so that CI's last lines say what failed."""
+    lines = [ANSI.sub("", raw).strip().lstrip(BOX).strip() for raw in log.read_text(errors="replace").splitlines()]
     found: list[str] = []
-    for raw in log.read_text(errors="replace").splitlines():
-        line = raw.strip()[:width]
-        if FIRST_ERRORS.match(line) and line not in found:
-            found.append(line)
-            if len(found) == limit:
-                break
-    return found
+    fatal: list[str] = []
+    task = ""
+    for i, line in enumerate(lines):
+        if line.startswith("TASK ["):
+            header = line if "]" in line else " ".join(lines[i : i + 2])
+            task = header[: header.find("]") + 1]
+        if not FIRST_ERRORS.match(line):
+            continue
+        if "fatal: [" in line:
+            message: list[str] = []
+            for below in lines[i + 1 : i + 9]:
+                if not below or below.startswith(("TASK [", "PLAY", "...ignoring")):
+                    break
+                message.append(below)
+            if not (lines[i + 1 + len(message) : i + 2 + len(message)] or [""])[0].startswith("...ignoring"):
+                fatal.append(" ".join([f"{task}:" if task else "", line, *message]).strip()[: 2 * width])
+        elif len(found) < limit and line[:width] not in found:
+            found.append(line[:width])
+    return found + list(dict.fromkeys(fatal))[-2:]
 
 
 class Stages:

@@ -30,6 +30,9 @@ from corectl.site import Site
 
 BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another one before giving up
 HAS_RUN = "site-has-run"  # the mark of a site whose site.yml once converged (a replaced head then waits)
+# the mark of a site whose site.yml once converged on its accounting database's host (a replaced head's
+# slurmdbd then waits for a restore rather than start the records from nothing)
+ACCOUNTING_HAS_RUN = "accounting-has-run"
 OLD_HEALTH = ".health.json"  # before the one store: each node's last verdict
 OLD_MARK = Path(".runs") / HAS_RUN  # before the one store: the has-run mark, a file
 

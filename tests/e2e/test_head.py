@@ -266,8 +266,10 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     """Issue 34: a second head stand-in is declared as slurm.backup_controller with slurmctld's state on CephFS; the
     provision moves the saved state there and the running job goes on. With a job running, the primary head's
     container is killed: the backup takes over, the job finishes, a new job runs; the primary returns, takes over
-    again, and the accounting database has both jobs. A restore of the head then stops and restarts the second
-    controller's slurmctld around its own."""
+    again, and the accounting database has both jobs. Issue 48: the head's machine and disk are then replaced with
+    a job running: its provision keeps slurmdbd and slurmctld stopped while head02 schedules, and the restore (which
+    stops and restarts the second controller's slurmctld around its own) brings the records back, keeps the newer
+    saved state and its running job, and adds what head02 ran meanwhile."""
     args = ("--inventory", str(lab))
     cluster_yml = lab / "cluster.yml"
     declared = cluster_yml.read_text()
@@ -346,18 +348,64 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     assert f"{P}dgx01|COMPLETED" in recorded.split(), recorded
     docker_exec(HEAD, "scancel", through)
 
-    # a restore with two controllers (the head back to a backup taken now): the second controller's slurmctld is
-    # stopped before the head's (it would take over and write the shared saved state while the backup's is
-    # unpacked) and started after the head answers; then both answer and jobs run again
+    # Issue 48: the head's machine and disk are replaced while a job runs on the DGX (the accounting database went
+    # with the disk; the saved state lives on CephFS). The blank head's provision keeps slurmdbd and slurmctld
+    # stopped, saying why in one line, and head02 keeps control: a job submitted there completes. The restore (the
+    # second controller's slurmctld stopped before the head's, started after the head answers) loads the database
+    # and keeps the saved state, newer than the backup: the running job goes on, and the accounting records head02
+    # queued meanwhile reach the restored database.
     [backup] = json.loads(corectl("backup", *args, "--json").stdout)
-    restored = corectl("restore", *args, "--backup", backup["name"]).stdout
+    through = sbatch(f"--nodelist={P}dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
+    wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
+    corectl("lab", "replace", f"{P}head01", *args)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / f"{P}head01.password").read_text().strip())
+        corectl("bootstrap", *args, f"{P}head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
+    held = corectl("provision", *args, "--limit", f"{P}head01", check=False)
+    assert held.returncode == 1, held.stdout
+    said_why = [line for line in (held.stdout + held.stderr).splitlines() if "slurmdbd is kept stopped" in line]
+    assert len(said_why) == 1 and (
+        "slurmdbd is kept stopped, and slurmctld here with it: the accounting database holds no table of cluster"
+        in said_why[0]
+    ), held.stdout + held.stderr
+    assert f"{P}head02 keeps control meanwhile" in said_why[0] and "corectl restore" in said_why[0], said_why
+    for unit in ("slurmdbd", "slurmctld", "corectl-backup.timer"):
+        assert docker_exec(HEAD, "systemctl", "is-active", unit, check=False).strip() == "inactive", unit
+    said = wait_for(
+        lambda: controllers_said(HEAD2),
+        lambda s: f"at {P}head01 is DOWN" in s and f"Slurmctld(backup) at {P}head02 is UP" in s,
+        120,
+    )
+    meanwhile = ["runuser", "-u", "alice", "--", "srun", "--job-name=while-the-head-waits", f"--nodelist={P}dgx02"]
+    ran = wait_for(
+        lambda: docker_exec(HEAD2, *meanwhile, "--mem=64", "hostname", check=False),
+        lambda out: out.strip() == f"{P}dgx02",
+        180,
+    )
+    assert ran.strip() == f"{P}dgx02"
+
+    restored = corectl("restore", *args).stdout  # (the newest backup: the one taken above)
+    assert f"restored backup {backup['name']} (taken " in restored, restored
+    assert "slurmctld's saved state in /shared/slurm/state is newer than the backup: kept as it was" in restored
+    assert f"the second controller {P}head02: slurmctld stopped meanwhile, running again" in restored, restored
     record = runs(lab)[-1]
     assert record["command"].startswith("restore") and record["status"] == "successful", restored
     assert record["hosts"][f"{P}head02"]["changed"] == 2, record["hosts"]  # its slurmctld stopped, then started
-    assert "/shared/slurm/state" in restored, restored
-    assert f"the second controller {P}head02: slurmctld stopped meanwhile, running again" in restored, restored
     said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
     assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+    assert job_state(through).startswith("RUNNING")  # the kept state: the job goes on
+    # every record up to the backup, and what head02 ran meanwhile (queued in the saved state, sent once slurmdbd
+    # answered)
+    assert f"{running}|COMPLETED" in docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running)
+    recorded = wait_for(
+        lambda: docker_exec(HEAD, "sacct", "-X", "-n", "-P", "--name=while-the-head-waits", "-o", "NodeList,State"),
+        lambda out: f"{P}dgx02|COMPLETED" in out.split(),
+        120,
+    )
+    assert f"{P}dgx02|COMPLETED" in recorded.split(), recorded
     after = wait_for(lambda: docker_exec(HEAD, *on_primary, check=False), lambda out: out.strip() == f"{P}dgx02", 120)
     assert after.strip() == f"{P}dgx02"
-    assert f"{running}|COMPLETED" in docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running)
+    docker_exec(HEAD, "scancel", through)
+    # the head's next provision is held no more, and takes backups on schedule again
+    corectl("provision", *args, "--limit", f"{P}head01")
+    assert docker_exec(HEAD, "systemctl", "is-active", "corectl-backup.timer").strip() == "active"

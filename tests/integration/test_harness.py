@@ -154,7 +154,34 @@ def test_ci_digest_repeats_a_failed_stages_first_errors(tmp_path: Path, root: Pa
     assert digest == [
         "E   error: the lab's Ceph did not come up (failed e2e-ceph: timeout); see /x",
         "ERROR tests/e2e/test_lab_e2e.py::test_provision_converges - AssertionError: corectl lab up",
-        ('fatal: [instance]: FAILED! => {"msg": "' + "x" * 400)[:300],
+        ('fatal: [instance]: FAILED! => {"msg": "' + "x" * 400 + '"}')[:600],
+    ]
+
+
+def test_ci_digest_names_the_task_and_message_of_ansibles_last_fatal(tmp_path: Path, root: Path, monkeypatch):
+    """Molecule frames Ansible's output (colours, a box rule); a fatal the play ignores is not the failure."""
+    monkeypatch.syspath_prepend(str(root / "tests"))
+    import stages
+
+    log = tmp_path / "molecule-slurm.log"
+    framed = [
+        "TASK [Try a refused thing] ****",
+        "fatal: [slurm-c1]: FAILED! => ",
+        "    msg: expected",
+        "...ignoring",
+        "",
+        "TASK [Compare the start times",
+        "  again] ****",
+        "\x1b[0;31mfatal: [slurm-c2]: FAILED! => \x1b[0m",
+        "    changed: false",
+        "    msg: 'restarted: [slurmd 123]'",
+        "",
+        "PLAY RECAP ****",
+    ]
+    log.write_text("".join(f"  \x1b[2m\u2502\x1b[0m {line}\n" for line in framed))
+    assert stages.first_errors(log) == [
+        "TASK [Compare the start times again]: fatal: [slurm-c2]: FAILED! => "
+        "changed: false msg: 'restarted: [slurmd 123]'"
     ]
 
 

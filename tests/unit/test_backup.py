@@ -224,8 +224,11 @@ def restorable(head: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     return head, row["name"]
 
 
-def test_a_restore_loads_the_dump_and_puts_the_saved_state_back(restorable: tuple[Path, str]):
+def test_a_restore_loads_the_dump_and_puts_the_saved_state_back_where_none_is(restorable: tuple[Path, str]):
+    """A replaced head whose state directory was lost with its disk: the provision left it empty (a stray file of
+    it is kept aside with it); the backup's saved state takes its place."""
     head, name = restorable
+    (head / "slurmctld" / "job_state").unlink()  # the directory as a blank head's provision leaves it
     done = program(head, "restore", name)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -235,7 +238,21 @@ def test_a_restore_loads_the_dump_and_puts_the_saved_state_back(restorable: tupl
     assert (head / "mysql.log.stdin").read_text() == DUMP  # the dump, unzipped, into mysql
     assert (head / "slurmctld" / "job_state").read_bytes() == b"\x00\x01job state"  # as it was at the backup
     aside = head / f"slurmctld.before-restore-{name}"
-    assert result["kept_aside"] == str(aside) and (aside / "job_state").read_bytes() == b"newer state"
+    assert result["kept_aside"] == str(aside) and (aside / "assoc_usage").read_bytes() == b"\x00\x02usage"
+
+
+def test_a_restore_keeps_a_saved_state_newer_than_the_backup(restorable: tuple[Path, str]):
+    """Issue 48: a head whose state lives on shared storage (a backup controller kept control while the head was
+    replaced): only the database is restored; the saved state, newer than the backup, stays as it is (its queue
+    and the accounting records the backup controller queued for slurmdbd in it)."""
+    head, name = restorable
+    done = program(head, "restore", name)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["state_kept"] == str(head / "slurmctld") and "state" not in result and "kept_aside" not in result
+    assert (head / "mysql.log.stdin").read_text() == DUMP
+    assert (head / "slurmctld" / "job_state").read_bytes() == b"newer state"
+    assert not (head / f"slurmctld.before-restore-{name}").exists()
 
 
 def test_a_state_directory_that_cannot_be_renamed_is_moved_aside_by_copy(

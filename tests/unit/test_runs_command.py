@@ -225,7 +225,8 @@ def test_a_run_of_site_yml_says_whether_the_site_has_run_before(tmp_path: Path, 
 
     site = Site(root=root, directory=tmp_path / "site")
     provision = RunRequest(site=site, playbook="site.yml", command="provision")
-    assert selection(provision, {})["extravars"] == {"corectl_site_has_run": False}
+    nothing = {"corectl_site_has_run": False, "corectl_accounting_has_run": False}
+    assert selection(provision, {})["extravars"] == nothing
     for ident, playbook, status, check in [
         ("a", "site.yml", "failed", False),
         ("b", "site.yml", "successful", True),  # a plan changes nothing: it is not a run of the site
@@ -234,14 +235,47 @@ def test_a_run_of_site_yml_says_whether_the_site_has_run_before(tmp_path: Path, 
         (site.runs_dir / ident).mkdir(parents=True)
         kept = {"command": "x", "playbook": playbook, "status": status, "check": check, "started": ident}
         (site.runs_dir / ident / "corectl.json").write_text(json.dumps(kept))
-    assert selection(provision, {})["extravars"] == {"corectl_site_has_run": False}
+    assert selection(provision, {})["extravars"] == nothing
     (site.runs_dir / "d").mkdir()
     done = {"command": "provision", "playbook": "site.yml", "status": "successful", "check": False, "started": "d"}
     (site.runs_dir / "d" / "corectl.json").write_text(json.dumps(done))
-    assert selection(provision, {"x": 1})["extravars"] == {"x": 1, "corectl_site_has_run": True}
+    assert selection(provision, {"x": 1})["extravars"] == {
+        "x": 1,
+        "corectl_site_has_run": True,
+        "corectl_accounting_has_run": False,
+    }
     # other playbooks are not told
     health = RunRequest(site=site, playbook="health.yml", command="health")
     assert "extravars" not in selection(health, {})
+
+
+def test_the_accounting_has_run_once_a_run_of_the_site_converged_on_its_database_host(tmp_path: Path, root: Path):
+    """Issue 48: role slurm keeps a replaced head's slurmdbd stopped on an empty database once the site's accounting
+    has run; a site that only now declares accounting (or whose runs never reached the database's host) must start
+    it. The mark is set by a converged run of site.yml that included the host site.json names as dbd_host."""
+    from corectl.ansible.runner import selection
+
+    site = Site(root=root, directory=tmp_path / "site")
+    site.directory.mkdir(parents=True)
+    provision = RunRequest(site=site, playbook="site.yml", command="provision")
+
+    def finished(ident: str, hosts: list[str], playbook: str = "site.yml", status: str = "successful") -> bool:
+        request = RunRequest(site=site, playbook=playbook, command="provision")
+        run = RunResult(status, 0, {h: HostStats(ok=1) for h in hosts}, site.runs_dir / ident, 1.0, {}, 1)
+        (site.runs_dir / ident).mkdir(parents=True)
+        record(request, run, "2026-12-02T16:00:00+00:00")
+        return bool(selection(provision, {})["extravars"]["corectl_accounting_has_run"])
+
+    assert finished("1", ["head01", "dgx01"]) is False  # no site.json: no accounting declared
+    site.site_file.write_text(json.dumps({"corectl_slurm": {"dbd_host": ""}}))
+    assert finished("2", ["head01", "dgx01"]) is False  # accounting off
+    site.site_file.write_text(json.dumps({"corectl_slurm": {"dbd_host": "head01"}}))
+    assert finished("3", ["dgx01"]) is False  # limited to other hosts
+    assert finished("4", ["head01"], status="failed") is False
+    assert finished("5", ["head01"], playbook="health.yml") is False
+    assert finished("6", ["head01", "dgx01"]) is True
+    site.site_file.write_text(json.dumps({"corectl_slurm": {"dbd_host": ""}}))
+    assert finished("7", ["head01"]) is True  # the mark stays
 
 
 def test_the_site_has_run_before_after_its_provisions_records_are_pruned(tmp_path: Path, root: Path):

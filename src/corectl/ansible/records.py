@@ -58,6 +58,20 @@ def site_has_run(site: Site) -> bool:
     )
 
 
+def accounting_has_run(site: Site) -> bool:
+    """Whether a run of site.yml ever converged on the site's accounting database host (the store's mark)."""
+    return store.marked(site, store.ACCOUNTING_HAS_RUN) is not None
+
+
+def accounting_host(site: Site) -> str:
+    """The host of the site's accounting database as the site's rendered settings name it ("" without one)."""
+    try:
+        settings = json.loads(site.site_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str((settings.get("corectl_slurm") or {}).get("dbd_host") or "")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)  # PermissionError: alive, another user's
@@ -113,4 +127,8 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
     atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
     store.add_run(request.site, run.artifact_dir.name, data)  # the index `corectl runs` lists
     if converged_the_site(request.playbook, run.status, request.check):
-        store.mark(request.site, store.HAS_RUN, datetime.fromisoformat(started_at), run.artifact_dir.name)
+        at = datetime.fromisoformat(started_at)
+        store.mark(request.site, store.HAS_RUN, at, run.artifact_dir.name)
+        dbd = accounting_host(request.site)
+        if dbd and dbd in run.hosts:  # (a run limited to other hosts says nothing of the database)
+            store.mark(request.site, store.ACCOUNTING_HAS_RUN, at, run.artifact_dir.name)

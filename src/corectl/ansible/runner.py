@@ -18,7 +18,7 @@ from typing import Any
 from corectl.ansible import lifecycle
 from corectl.ansible.events import EventSink, RunRequest, RunResult
 from corectl.ansible.lifecycle import Ended, Live
-from corectl.ansible.records import site_has_run
+from corectl.ansible.records import accounting_has_run, site_has_run
 from corectl.errors import CorectlError
 from corectl.secrets import SecretFiles, vault_password_client
 from corectl.site import Site
@@ -178,10 +178,12 @@ def runner_kwargs(request: RunRequest, private_dir: Path, vault_password_file: P
 
 def selection(request: RunRequest, extravars: dict[str, Any]) -> dict[str, Any]:
     """ansible-runner's limit, tags and extra vars of a run, each only when given. A run of site.yml also says
-    whether the site has run before (role slurm keeps slurmctld stopped on an empty state directory then)."""
+    whether the site has run before (role slurm keeps slurmctld stopped on an empty state directory then), and its
+    accounting (slurmdbd is kept stopped on an empty database then)."""
     extravars = dict(extravars)
     if request.playbook == "site.yml":
         extravars.setdefault("corectl_site_has_run", site_has_run(request.site))
+        extravars.setdefault("corectl_accounting_has_run", accounting_has_run(request.site))
     chosen: dict[str, Any] = {"limit": request.limit, "tags": request.tags, "extravars": extravars}
     return {key: value for key, value in chosen.items() if value}
 

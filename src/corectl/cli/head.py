@@ -52,9 +52,9 @@ def restore(
     ] = False,
     wait: WaitOpt = 0,
 ) -> None:
-    """Bring a replacement head (same name and address, provisioned) back to a backup: the accounting database
-    and slurmctld's saved state, with slurmctld and slurmdbd stopped meanwhile. Refuses a backup that does not
-    verify, and a database holding newer jobs unless --force."""
+    """Bring a replacement head (same name and address, provisioned) back to a backup: the accounting database,
+    and slurmctld's saved state unless a newer one is there (state on shared storage), with slurmctld and slurmdbd
+    stopped meanwhile. Refuses a backup that does not verify, and a database holding newer jobs unless --force."""
     from corectl.commands.restore import restore as run_restore
 
     with policy.changing(policy.site(inventory), wait) as ctx:
@@ -63,5 +63,8 @@ def restore(
               + (f" and slurmctld's saved state ({done.state})" if done.state else ""), markup=False)  # fmt: skip
     if done.kept_aside:
         out.print(f"the state found there is kept in {done.kept_aside}", markup=False)
+    if done.state_kept:
+        out.print(f"slurmctld's saved state in {done.state_kept} is newer than the backup: kept as it was (its jobs "
+                  "and the accounting records queued in it go on)", markup=False)  # fmt: skip
     if done.second:
         out.print(f"the second controller {done.second}: slurmctld stopped meanwhile, running again", markup=False)

@@ -1,8 +1,8 @@
 """restore: a replacement head (same name and address, provisioned) back to a backup of role backup. The head's
 corectl-backup (playbooks/restore.yml) refuses a backup that does not verify and a database holding jobs newer
-than the backup (unless forced), and loads the database and slurmctld's saved state with both daemons stopped (and
-a second controller's slurmctld too); corectl's provision keeps slurmctld stopped on an empty state directory until
-then."""
+than the backup (unless forced), and loads the database, and slurmctld's saved state where none is present, with both
+daemons stopped (and a second controller's slurmctld too); corectl's provision keeps slurmctld stopped on an empty
+state directory, and slurmdbd on an empty database, until then."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ class Restored:
     head: str
     backup: str
     created: str
-    state: str  # slurmctld's state directory, or "" when the backup held none
+    state: str  # slurmctld's state directory, or "" when the backup held none or a saved state was there
     kept_aside: str  # where the state found there was moved, or ""
     second: str  # the second controller, whose slurmctld was stopped meanwhile and started again, or ""
+    state_kept: str = ""  # the state directory whose saved state (newer than the backup) was kept, or ""
 
 
 def restore(ctx: Context, console: Console, backup: str | None, force: bool) -> Restored:
@@ -72,4 +73,4 @@ def restore(ctx: Context, console: Console, backup: str | None, force: bool) -> 
         raise CorectlError(f"restore on {head} failed: {str(why or 'see corectl runs --show last').strip()}")
     done = json.loads(res.get("stdout") or "{}")
     state, aside = done.get("state", ""), done.get("kept_aside", "")
-    return Restored(head, done["backup"], done["created"], state, aside, second or "")
+    return Restored(head, done["backup"], done["created"], state, aside, second or "", done.get("state_kept", ""))
