@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from corectl.site import Site
 
+# characters of a host's first failure kept in the run record and shown (a held head's reasons and what to do: ~500)
+MESSAGE_LIMIT = 600
+
 if TYPE_CHECKING:
     from corectl.site.context import Context
 
@@ -221,7 +224,7 @@ class Tally:
         setattr(stats, result, getattr(stats, result) + 1)
         if result in FAILURES and host not in self.messages:
             detail = failure_detail(data, unreachable=result == "unreachable")
-            self.messages[host] = f"{data.get('task', '')}: {detail}"[:300]
+            self.messages[host] = f"{data.get('task', '')}: {detail}"[:MESSAGE_LIMIT]
 
 
 class Returned:

@@ -25,6 +25,7 @@ from typing import Any
 
 from corectl import lock
 from corectl.ansible.events import (
+    MESSAGE_LIMIT,
     SHARD_KEY,
     CpuClock,
     EventSink,
@@ -179,5 +180,5 @@ def host_counts(tally: Tally, parts: list[ShardOutcome]) -> dict[str, HostStats]
             stats = hosts.setdefault(host, HostStats())
             if not (stats.failed or stats.unreachable):
                 stats.unreachable += 1
-                tally.messages.setdefault(host, f"runner {part.runner}: {part.error}"[:300])
+                tally.messages.setdefault(host, f"runner {part.runner}: {part.error}"[:MESSAGE_LIMIT])
     return hosts
