@@ -184,6 +184,19 @@ def vision_usage() -> int:
     return int(line.splitlines()[0])
 
 
+def replaced_head_provisioned(lab: Path) -> subprocess.CompletedProcess[str]:
+    """The head's machine and disk gone, a blank one with its name and address bootstrapped and provisioned: the
+    provision, which must fail on the head (held for a restore)."""
+    args = ("--inventory", str(lab))
+    corectl("lab", "replace", f"{P}head01", *args)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / f"{P}head01.password").read_text().strip())
+        corectl("bootstrap", *args, f"{P}head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
+    held = corectl("provision", *args, "--limit", f"{P}head01", check=False)
+    assert held.returncode == 1, held.stdout
+    return held
+
+
 @pytest.mark.second_lab
 def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
     """Issue 34: jobs run, a backup is taken (to CephFS), more jobs run; the head's machine goes with its disk. A
@@ -218,12 +231,7 @@ def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
     assert wait_for(vision_usage, lambda now: now > before["usage"] * 1.05, 60) > before["usage"]
 
     # the head's machine and disk are gone; a blank one takes its name and address
-    corectl("lab", "replace", f"{P}head01", *args)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / f"{P}head01.password").read_text().strip())
-        corectl("bootstrap", *args, f"{P}head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
-    held = corectl("provision", *args, "--limit", f"{P}head01", check=False)
-    assert held.returncode == 1, held.stdout
+    held = replaced_head_provisioned(lab)
     assert "slurmctld is kept stopped: its state directory holds no saved state" in held.stdout + held.stderr
     assert docker_exec(HEAD, "systemctl", "is-active", "slurmctld", check=False).strip() == "inactive"
     assert docker_exec(HEAD, "systemctl", "is-enabled", "slurmctld", check=False).strip() == "disabled"
@@ -259,6 +267,18 @@ HEAD2 = f"corectl-{SITE}-{P}head02"
 def controllers_said(container: str) -> str:
     """`scontrol ping` on ``container``: each slurmctld and whether it answers ("" while none can be asked)."""
     return docker_exec(container, "scontrol", "ping", check=False)
+
+
+def job_on_the_backup(name: str, node: str, limit_s: int) -> str:
+    """Once e2e-head02 reports the head DOWN and itself UP (within ``limit_s``), a job ``name`` run through it as
+    alice on ``node`` (the backup answers ping in standby too: a job is what shows it in charge); the job's output."""
+    wait_for(
+        lambda: controllers_said(HEAD2),
+        lambda s: f"at {P}head01 is DOWN" in s and f"Slurmctld(backup) at {P}head02 is UP" in s,
+        limit_s,
+    )
+    job = ["runuser", "-u", "alice", "--", "srun", f"--job-name={name}", f"--nodelist={node}", "--mem=64", "hostname"]
+    return wait_for(lambda: docker_exec(HEAD2, *job, check=False), lambda out: out.strip() == node, 180)
 
 
 @pytest.mark.second_lab
@@ -308,18 +328,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     killed = time.monotonic()
     subprocess.run(["docker", "kill", HEAD], capture_output=True, check=True)
     try:
-        said = wait_for(
-            lambda: controllers_said(HEAD2),
-            lambda s: f"at {P}head01 is DOWN" in s and f"Slurmctld(backup) at {P}head02 is UP" in s,
-            180,
-        )
-        # (the backup answers ping in standby too: a job is what shows it in charge)
-        on_backup = ["runuser", "-u", "alice", "--", "srun", "--job-name=on-the-backup", f"--nodelist={P}dgx01"]
-        new = wait_for(
-            lambda: docker_exec(HEAD2, *on_backup, "--mem=64", "hostname", check=False),
-            lambda out: out.strip() == f"{P}dgx01",
-            180,
-        )
+        new = job_on_the_backup("on-the-backup", f"{P}dgx01", 180)
         took_over = time.monotonic() - killed
         print(f"backup controller in charge {took_over:.0f} s after the head was killed")
         assert new.strip() == f"{P}dgx01"
@@ -357,12 +366,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     [backup] = json.loads(corectl("backup", *args, "--json").stdout)
     through = sbatch(f"--nodelist={P}dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
     wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
-    corectl("lab", "replace", f"{P}head01", *args)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("E2E_HEAD_PASSWORD", (lab / ".lab" / f"{P}head01.password").read_text().strip())
-        corectl("bootstrap", *args, f"{P}head01", "--user", "dgxadmin", "--password-env", "E2E_HEAD_PASSWORD", "--yes")
-    held = corectl("provision", *args, "--limit", f"{P}head01", check=False)
-    assert held.returncode == 1, held.stdout
+    held = replaced_head_provisioned(lab)
     # (the summary's one line per failed host; the live progress showed it as it happened)
     [said_why] = [line for line in held.stdout.splitlines() if line.startswith(f"failed {P}head01: ")]
     assert (
@@ -373,17 +377,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     assert said_why.endswith("set slurm_allow_empty_accounting: true for this run."), said_why
     for unit in ("slurmdbd", "slurmctld", "corectl-backup.timer"):
         assert docker_exec(HEAD, "systemctl", "is-active", unit, check=False).strip() == "inactive", unit
-    said = wait_for(
-        lambda: controllers_said(HEAD2),
-        lambda s: f"at {P}head01 is DOWN" in s and f"Slurmctld(backup) at {P}head02 is UP" in s,
-        120,
-    )
-    meanwhile = ["runuser", "-u", "alice", "--", "srun", "--job-name=while-the-head-waits", f"--nodelist={P}dgx02"]
-    ran = wait_for(
-        lambda: docker_exec(HEAD2, *meanwhile, "--mem=64", "hostname", check=False),
-        lambda out: out.strip() == f"{P}dgx02",
-        180,
-    )
+    ran = job_on_the_backup("while-the-head-waits", f"{P}dgx02", 120)
     assert ran.strip() == f"{P}dgx02"
 
     restored = corectl("restore", *args).stdout  # (the newest backup: the one taken above)
