@@ -116,11 +116,11 @@ def unpack(archived: Path, top: str, target: Path, backup: str) -> str:
     return aside
 
 
-def saved_state_present(config: dict) -> bool:
+def saved_state_present(state: Path) -> bool:
     """Whether slurmctld's state directory holds a saved state. It is newer than any backup (a head whose state
     lives on shared storage, a backup controller's that kept control): the restore keeps it, or the jobs started
     since the backup would be killed as unknown and the accounting records a backup controller queued in it lost."""
-    return (Path(config["state_dir"]) / "job_state").is_file()
+    return (state / "job_state").is_file()
 
 
 def restore(config: dict, backup: Path, force: bool) -> dict:
@@ -145,7 +145,7 @@ def restore(config: dict, backup: Path, force: bool) -> dict:
         raise RuntimeError(f"loading {dump.name} failed (rc {proc.returncode}): {err.decode(errors='replace').strip()}")
     state = Path(config["state_dir"])
     archived = backup / "slurmctld-state.tar.gz"
-    if archived.is_file() and saved_state_present(config):
+    if archived.is_file() and saved_state_present(state):
         done["state_kept"] = str(state)
     elif archived.is_file():
         aside = unpack(archived, state.name, state, backup.name)
