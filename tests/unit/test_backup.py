@@ -88,12 +88,20 @@ def test_a_backup_holds_the_database_dump_and_the_saved_state_with_their_checksu
     assert program(head, "verify", backup.name).returncode == 0
 
 
+def flip_byte(path: Path, offset: int) -> None:
+    """Change one byte for sure. Writing a fixed byte at offset 5 (the gzip header's mtime) left
+    the file as it was whenever the dump's mtime already held that byte: 1 run in 256 failed."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)[0]
+        handle.seek(offset)
+        handle.write(bytes([byte ^ 0xFF]))
+
+
 def test_a_changed_or_missing_file_fails_verification(head: Path):
     [row] = json.loads(program(head, "take", "--json").stdout)
     backup = Path(row["path"])
-    with open(backup / "slurm_acct_db.sql.gz", "r+b") as handle:
-        handle.seek(5)
-        handle.write(b"X")
+    flip_byte(backup / "slurm_acct_db.sql.gz", 5)
     verified = program(head, "verify", backup.name)
     assert (verified.returncode, verified.stdout.strip()) == (
         1,
@@ -541,9 +549,7 @@ def test_backups_to_a_backup_host_go_over_ssh_and_verify_there(over_ssh: Path):
         for call in calls
     ), calls
     # a byte changed on the backup host: the listing over ssh names it
-    with open(head / "backup-host" / "corectl" / names[-1] / "slurm_acct_db.sql.gz", "r+b") as handle:
-        handle.seek(3)
-        handle.write(b"X")
+    flip_byte(head / "backup-host" / "corectl" / names[-1] / "slurm_acct_db.sql.gz", 3)
     listed = {row["name"]: row["verified"] for row in json.loads(program(head, "list", "--json").stdout)}
     assert listed == {names[1]: "ok", names[2]: "corrupt: slurm_acct_db.sql.gz does not match its checksum"}
     assert program(head, "verify", names[1]).stdout.strip() == f"{names[1]}: ok"
