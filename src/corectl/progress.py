@@ -27,6 +27,9 @@ def warning_text(warning: object) -> str:
     return str(warning)
 
 
+REDRAW_S = 0.25  # the live display's refresh (Live's refresh_per_second=4): a result drawn sooner is not seen
+
+
 def _seconds(value: float) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.0f}m"
 
@@ -97,6 +100,7 @@ class LiveProgress:
         self.started = clock()
         self.verbose = verbosity() > 0
         self._live: Live | None = None
+        self._drawn = float("-inf")  # when the live display was last drawn (the clock's time)
 
     def __enter__(self) -> LiveProgress:
         if self.console.is_terminal:
@@ -133,23 +137,27 @@ class LiveProgress:
             line = play.line(self.clock()) + (f"; {note}" if note else "")
             self.console.print(line, highlight=False, soft_wrap=True, markup=False)
 
-    def _host_event(self, event: dict[str, Any], host: str, shard: str) -> None:
+    def _host_event(self, event: dict[str, Any], host: str, shard: str) -> str | None:
+        """Count a task result (its outcome, returned) and print its warnings or its failure."""
         self.hosts_seen.add(host)
         result = outcome(event)
         if result is None:
-            return
+            return None
         if shard in self.plays:
             self.plays[shard].add(host, result)
         data = event.get("event_data") or {}
         for warning in (data.get("res") or {}).get("warnings") or () if result in ("ok", "changed") else ():
             # what a module kept back and why (an account that still has jobs)
-            self.console.print(Text.assemble(("WARNING", "yellow"), f" {host}: {warning_text(warning)}"))
+            said = Text.assemble(("WARNING", "yellow"), f" {host}: {warning_text(warning)}")
+            self.console.print(said, soft_wrap=True)  # one line in a log, as the play's
         if result == "changed":
             self.hosts_changed.add(host)
         elif result in FAILURES:
             self.hosts_failed.add(host)
             detail = failure_detail(data, unreachable=result == "unreachable")
-            self.console.print(Text.assemble(("FAILED", "red"), f" {host}: {data.get('task', '')}: {detail}"))
+            said = Text.assemble(("FAILED", "red"), f" {host}: {data.get('task', '')}: {detail}")
+            self.console.print(said, soft_wrap=True)
+        return result
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = str(event.get("event", ""))
@@ -168,10 +176,19 @@ class LiveProgress:
         elif kind == "playbook_on_task_start":
             self.task = data.get("task", "")
             self.tasks += 1
-        elif kind.startswith("runner_on_") and host:
-            self._host_event(event, host, shard)
-        if self._live is not None:
+        result = self._host_event(event, host, shard) if kind.startswith("runner_on_") and host else None
+        if self._live is not None and self._redraw(kind, result in FAILURES):
             self._live.update(self._render())
+
+    def _redraw(self, kind: str, failed: bool) -> bool:
+        """Whether the live display is drawn again for this event: at each play and task and each failure, and for
+        other task results at most every REDRAW_S (a fleet's thousands of results per task would each draw it;
+        issue 49). A result drawn later is shown with the next event's drawing."""
+        now = self.clock()
+        if kind.startswith("playbook_on_") or failed or now - self._drawn >= REDRAW_S:
+            self._drawn = now
+            return True
+        return False
 
 
 def summary_table(result: RunResult) -> Group:

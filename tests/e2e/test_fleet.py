@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from corectl.ansible.remote.stream import EVENTS, read_events
+from corectl.commands.runs import load_events
 from e2e.lab import (
     CONSOLE,
     CORECTL,
@@ -51,21 +53,27 @@ def start_provision(args: list[str]) -> subprocess.Popen[str]:
 
 def gathered(run_dir: Path) -> set[str]:
     """Hosts whose facts a run gathered (not taken from the fact cache), from its job events."""
-    hosts = set()
-    for path in run_dir.rglob("*.json"):
-        if path.parent.name == "job_events" and not path.name.endswith("-partial.json"):
-            event = json.loads(path.read_text())
-            if event.get("event") == "runner_on_ok" and event["event_data"].get("task") == "Gathering Facts":
-                hosts.add(event["event_data"]["host"])
-    return hosts
+    return {
+        event["event_data"]["host"]
+        for event in load_events(run_dir)
+        if event.get("event") == "runner_on_ok" and event["event_data"].get("task") == "Gathering Facts"
+    }
+
+
+def shard_events(run_dir: Path, shard: str) -> int:
+    """How many events a shard has so far: a streamed job's one file (corectl.ansible.remote.stream), or the
+    job_events of a part run from this host."""
+    kept = run_dir / "shards" / shard / EVENTS
+    if kept.exists():
+        return len(read_events(kept))
+    return len(list((run_dir / "shards" / shard / "artifacts" / "job_events").glob("*.json")))
 
 
 def fanned_run_started(lab: Path, shard: str, proc: subprocess.Popen[str]) -> Path:
     """The run directory, once ``shard`` has its first task result (its job runs on the runner)."""
     holder = wait_for(lambda: lock_holder(lab), lambda h: bool(h.get("run")) or proc.poll() is not None, 120)
     run_dir = Path(holder["run"])
-    events = run_dir / "shards" / shard / "artifacts" / "job_events"
-    wait_for(lambda: len(list(events.glob("*.json"))), lambda n: n > 20 or proc.poll() is not None, 300)
+    wait_for(lambda: shard_events(run_dir, shard), lambda n: n > 20 or proc.poll() is not None, 300)
     assert proc.poll() is None, proc.communicate()
     return run_dir
 

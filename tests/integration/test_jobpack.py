@@ -19,6 +19,7 @@ from ansible.parsing.vault import VaultLib, VaultSecret
 from conftest import probe_project
 from corectl.ansible.events import RunRequest
 from corectl.ansible.remote.jobpack import RunnerSide, pack, run_streamed
+from corectl.ansible.remote.stream import EVENTS, read_events
 from corectl.site import Site
 
 PROBE = """
@@ -108,6 +109,11 @@ def test_a_packed_job_runs_through_a_worker_like_a_direct_run(tmp_path: Path, ro
     assert packed.startswith("$ANSIBLE_VAULT;") and SECRET not in packed
     # and nothing in the events shows the password or the secret
     assert PASSWORD not in json.dumps(events) and SECRET not in json.dumps(events)
+    # the events kept are those handed on, in order, in the job's one file (issue 49: not a file per event)
+    processed = tmp_path / "processed"
+    assert [e["uuid"] for e in read_events(processed / EVENTS)] == [e["uuid"] for e in events]
+    assert not list(processed.rglob("job_events/*.json"))
+    assert (processed / "artifacts" / "rc").read_text().strip() == "0"  # the worker's own artifacts
 
 
 def test_a_failing_packed_job_reports_its_hosts_and_leaves_nothing_on_the_worker(tmp_path: Path, root: Path,

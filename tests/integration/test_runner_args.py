@@ -85,8 +85,10 @@ def test_failure_detail_names_the_reason():
         "HAS CHANGED! @\r\n@@@@@@@@@@@@\r\nOffending ED25519 key in known_hosts:2\r\nHost key verification failed."
     )
     assert failure_detail({"res": {"msg": banner}}, unreachable=True) == "Host key verification failed."
-    failed = {"res": {"msg": "non-zero return code", "stderr": "E: Unable to locate package x"}}
-    assert failure_detail(failed, unreachable=False) == "non-zero return code"
+    failed = {"res": {"msg": "non-zero return code", "rc": 100, "stderr": "\nE: Unable to locate package x\n"}}
+    assert failure_detail(failed, unreachable=False) == "non-zero return code 100: E: Unable to locate package x"
+    quiet = {"res": {"msg": "non-zero return code", "rc": 1, "stderr": "", "stdout": "what it did"}}
+    assert failure_detail(quiet, unreachable=False) == "non-zero return code"
     assert failure_detail({"res": {"msg": "@@@@\n\n"}}, unreachable=True) == "unreachable"
 
 

@@ -447,6 +447,17 @@ EXPECTED_APT = {
     ("datacenter-gpu-manager-4-core", "1:4.1.1-1"),
     ("datacenter-gpu-manager-4-cuda12", "1:4.1.1-1"),
     ("grafana", "11.6.0"),
+    ("corectl-standin-site-tools", "1.0"),  # corectl upgrade os: the old versions, installed by its e2e test
+    ("linux-image-corectl-standin", "1.0"),
+}
+# the flat repositories beside apt/ that a test adds to a node's sources: published updates
+EXPECTED_UPDATES = {
+    "apt-updates": {
+        ("corectl-standin-site-tools", "1.1"),
+        ("linux-image-corectl-standin", "2.0"),
+        ("linux-image-99.0.2-corectl-standin", "99.0.2-1"),
+    },
+    "apt-kernel": {("linux-image-corectl-standin", "3.0"), ("linux-image-99.0.3-corectl-standin", "99.0.3-1")},
 }
 
 
@@ -500,8 +511,26 @@ def test_repo_index_and_packages(repo: Path):
         path = repo / entry["path"]
         assert path.is_file(), entry
         assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
-    in_apt = {(p["name"], p["version"]) for p in index["packages"] if p["in_apt"]}
+    in_apt = {(p["name"], p["version"]) for p in index["packages"] if p["in_apt"] and p["path"].startswith("apt/")}
     assert in_apt == EXPECTED_APT
+    for folder, expected in EXPECTED_UPDATES.items():
+        assert {(s["Package"], s["Version"]) for s in stanzas((repo / folder / "Packages").read_text())} == expected
+    assert index["apt"]["updates"] == sorted(EXPECTED_UPDATES)
+    # the Slurm point release: Debian's packages of the node image's release under the next point version, each
+    # depending on its siblings at exactly that version, the version the daemons print changed with it
+    point = stanzas((repo / "apt-slurm" / "Packages").read_text())
+    versions = {s["Package"]: s["Version"] for s in point}
+    assert {"slurmctld", "slurmd", "slurmdbd", "slurm-client", "slurm-wlm-basic-plugins"} <= set(versions), versions
+    [release] = set(versions.values())
+    assert release.endswith("-1corectl1"), release
+    assert index["apt"]["slurm"] == "apt-slurm"
+    slurmd = next(s for s in point if s["Package"] == "slurmd")
+    assert f"slurm-wlm-basic-plugins (= {release})" in slurmd["Depends"], slurmd
+    with tempfile.TemporaryDirectory() as unpacked:
+        plugins = next(s for s in point if s["Package"] == "slurm-wlm-basic-plugins")
+        subprocess.run(["dpkg-deb", "-x", str(repo / "apt-slurm" / plugins["Filename"]), unpacked], check=True)
+        [full] = Path(unpacked).rglob("libslurmfull.so")
+        assert release.split("-")[0].encode() + b"\0" in full.read_bytes()
     standalone = {p["path"] for p in index["packages"] if not p["in_apt"]}
     assert standalone == {"enroot/v4.1.2/enroot_4.1.2-1_amd64.deb", "enroot/v4.1.2/enroot+caps_4.1.2-1_amd64.deb"}
     assert index["drivers"]["580.82.07"]["fabricmanager_package"] is None
@@ -538,8 +567,9 @@ def test_repo_signature_verifies(repo: Path):
         )
         assert verify.returncode == 0, verify.stderr
         assert "Good signature" in verify.stderr
-        detached = [*gpg, "--verify", str(repo / "apt" / "Release.gpg"), str(repo / "apt" / "Release")]
-        assert subprocess.run(detached, capture_output=True, check=False).returncode == 0
+        for folder in ("apt", *EXPECTED_UPDATES, "apt-slurm"):  # one key signs every flat repository
+            detached = [*gpg, "--verify", str(repo / folder / "Release.gpg"), str(repo / folder / "Release")]
+            assert subprocess.run(detached, capture_output=True, check=False).returncode == 0
     finally:
         subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True, check=False)
         shutil.rmtree(home, ignore_errors=True)

@@ -10,6 +10,9 @@ in a container of IMAGE; see upstream/enroot-deb.sh).
 
 Layout of OUTDIR:
   apt/                      flat repo: *.deb, Packages, Packages.gz, Release, InRelease, Release.gpg
+  apt-updates/, apt-kernel/ flat repos of operating-system updates (corectl upgrade os's tests)
+  apt-slurm/                flat repo: Debian's Slurm packages repacked as the next point release
+                            (upstream/slurm-point-release.py; corectl upgrade slurm's tests)
   keys/corectl-standin.asc  ASCII-armoured public signing key
   enroot/v4.1.2/            enroot_4.1.2-1_amd64.deb, enroot+caps_4.1.2-1_amd64.deb, built from the
                             upstream source (not in the apt index, like GitHub's release assets)
@@ -35,6 +38,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +63,10 @@ UPSTREAM = {
     "pyxis": (f"pyxis-{PYXIS_VERSION}.tar.gz", "063653ba39125ac29796cc6079701d1ec34dd4c5baf698efacc0f36bf3619681"),
 }
 UPSTREAM_CACHE = HERE.parents[1] / "build" / "upstream"
-OUTPUTS = ("apt", "keys", "enroot", "dcgm-exporter", "pyxis", "index.json", ".recipe-hash")
+OUTPUTS = (
+    "apt", "apt-updates", "apt-kernel", "apt-slurm", "keys", "enroot", "dcgm-exporter", "pyxis", "index.json",
+    ".recipe-hash",
+)  # fmt: skip
 
 
 @dataclass
@@ -74,6 +81,7 @@ class Package:
     conflicts: list[str] = field(default_factory=list)
     postinst: str = ""
     prerm: str = ""
+    postrm: str = ""
     in_apt: bool = True
 
     def add(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
@@ -204,6 +212,7 @@ def driver_package(version: str) -> Package:
     pkg.add_source("/usr/bin/nvidia-bug-report.sh", "driver/nvidia_bug_report.py", 0o755)
     pkg.add("/usr/lib/gpu-sim/driver-version", version + "\n")
     pkg.add_source("/lib/systemd/system/nvidia-persistenced.service", "driver/nvidia-persistenced.service")
+    pkg.add("/etc/kernel/postinst.d/dkms", DKMS_HOOK, 0o755)
     # The running (loaded) driver only changes on reload/reboot, except on a first install.
     pkg.postinst = postinst(system_user("nvidia-persistenced") + SYSTEMD_RELOAD + "gpu-sim driver-installed || true\n")
     pkg.prerm = stop_on_remove("nvidia-persistenced.service")
@@ -296,6 +305,7 @@ def grafana_package() -> Package:
 
 def all_packages() -> list[Package]:
     packages = [gpu_sim_package(), container_cli_package(), grafana_package()]
+    packages += [site_tools_package("1.0", asks_reboot=False), kernel_meta_package("1.0", None)]
     for version in DRIVER_VERSIONS:
         packages.append(driver_package(version))
         if version in FM_SUFFIX:
@@ -303,6 +313,73 @@ def all_packages() -> list[Package]:
     for version in DCGM_VERSIONS:
         packages += dcgm_packages(version)
     return packages
+
+
+# ------------------------------------------------------- operating system updates (corectl upgrade os)
+# The main repository has the 1.0 versions (the lab's base_extra_packages install them); apt-updates stands for
+# a distribution's monthly updates (one package asks for a reboot, the kernel meta package pulls a new kernel the
+# stand-in DKMS builds the NVIDIA modules for); apt-kernel for a kernel the driver's source does not build against.
+# A test adds a repository to a node's apt sources when it wants the node offered its updates.
+SITE_TOOLS = "corectl-standin-site-tools"
+KERNEL_META = "linux-image-corectl-standin"
+GOOD_KERNEL, BAD_KERNEL = "99.0.2-corectl-standin", "99.0.3-corectl-standin"
+NO_NVIDIA_MARK = "corectl-standin-no-nvidia"
+# DKMS's kernel hook, standing in: "builds" the NVIDIA modules for a kernel being installed
+DKMS_HOOK = f"""#!/bin/sh
+# corectl stand-in for DKMS's /etc/kernel/postinst.d/dkms: writes placeholder NVIDIA modules for a new kernel,
+# except for a stand-in kernel marked {NO_NVIDIA_MARK} (one the driver's source does not build against).
+set -e
+kver="$1"
+[ -n "$kver" ] && [ -d "/lib/modules/$kver" ] || exit 0
+if [ -e "/lib/modules/$kver/{NO_NVIDIA_MARK}" ]; then
+    echo "Error! Bad return status for module build on kernel: $kver (x86_64)" >&2
+    exit 0
+fi
+mkdir -p "/lib/modules/$kver/updates/dkms"
+for module in nvidia nvidia-uvm nvidia-modeset nvidia-drm; do
+    echo "stand-in module for $kver" > "/lib/modules/$kver/updates/dkms/$module.ko"
+done
+"""
+
+
+def site_tools_package(version: str, asks_reboot: bool) -> Package:
+    pkg = Package(SITE_TOOLS, version, "a site's own tools, updated monthly", arch="all")
+    pkg.add(f"/usr/share/{SITE_TOOLS}/VERSION", version + "\n")
+    if asks_reboot:  # what Ubuntu's packages do through notify-reboot-required
+        pkg.postinst = postinst(f"touch /run/reboot-required\necho {SITE_TOOLS} >> /run/reboot-required.pkgs\n")
+    return pkg
+
+
+def kernel_package(release: str, builds_nvidia: bool) -> Package:
+    version = release.split("-", 1)[0] + "-1"
+    pkg = Package(f"linux-image-{release}", version, f"Linux kernel {release} (containers run the host's kernel)")
+    pkg.add(f"/boot/vmlinuz-{release}", "stand-in kernel image\n")
+    pkg.add(f"/lib/modules/{release}/modules.order", "")
+    if not builds_nvidia:
+        pkg.add(f"/lib/modules/{release}/{NO_NVIDIA_MARK}", "the NVIDIA driver's source does not build here\n")
+    # Debian's kernel packages run /etc/kernel/postinst.d; only the DKMS hook matters to a stand-in
+    hook = f"[ ! -x /etc/kernel/postinst.d/dkms ] || /etc/kernel/postinst.d/dkms {release} /boot/vmlinuz-{release}\n"
+    pkg.postinst = postinst(hook)
+    pkg.postrm = (
+        f'#!/bin/sh\nset -e\nif [ "$1" = remove ] || [ "$1" = purge ]; then rm -rf /lib/modules/{release}; fi\n'
+    )
+    return pkg
+
+
+def kernel_meta_package(version: str, release: str | None) -> Package:
+    depends = [f"linux-image-{release}"] if release else []
+    return Package(KERNEL_META, version, "the latest stand-in kernel", arch="all", depends=depends)
+
+
+def update_repositories() -> dict[str, list[Package]]:
+    return {
+        "apt-updates": [
+            site_tools_package("1.1", asks_reboot=True),
+            kernel_meta_package("2.0", GOOD_KERNEL),
+            kernel_package(GOOD_KERNEL, builds_nvidia=True),
+        ],
+        "apt-kernel": [kernel_meta_package("3.0", BAD_KERNEL), kernel_package(BAD_KERNEL, builds_nvidia=False)],
+    }
 
 
 # --------------------------------------------------------------------------- upstream builds
@@ -330,6 +407,24 @@ def upstream_archive(name: str) -> Path:
     return path
 
 
+def built_once(cache: Path, ready: Callable[[Path], bool], image: str, volumes: list[str], argv: list[str]) -> None:
+    """``argv`` run once in a throwaway container of ``image`` (``volumes`` mounted, its output folder at /out)
+    unless ``cache`` is ``ready``: kept in build/upstream/, shared by every repository built here and locked
+    against a concurrent build; a build cut off leaves only its .partial folder."""
+    UPSTREAM_CACHE.mkdir(parents=True, exist_ok=True)
+    with (UPSTREAM_CACHE / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready(cache):
+            return
+        partial = cache.with_name(cache.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        mounts = [f"--volume={volume}" for volume in [*volumes, f"{partial}:/out"]]
+        run("docker", "run", "--rm", *mounts, image, *argv)
+        shutil.rmtree(cache, ignore_errors=True)
+        partial.rename(cache)
+
+
 def enroot_debs(image: str) -> list[Path]:
     """enroot's release .debs built from the upstream archive in a container of ``image``: once per
     archive and recipe, kept in build/upstream/ (shared by every repository built here, locked
@@ -339,23 +434,38 @@ def enroot_debs(image: str) -> list[Path]:
     key = hashlib.sha256(archive.read_bytes() + script.read_bytes()).hexdigest()[:12]
     cache = UPSTREAM_CACHE / f"enroot-{ENROOT_VERSION}-{key}"
     names = [f"{name}_{ENROOT_VERSION}-1_amd64.deb" for name in ("enroot", "enroot+caps")]
-    UPSTREAM_CACHE.mkdir(parents=True, exist_ok=True)
-    with (UPSTREAM_CACHE / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not all((cache / name).is_file() for name in names):
-            partial = cache.with_name(cache.name + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir()
-            run(
-                "docker", "run", "--rm",
-                f"--volume={archive}:/src/{archive.name}:ro",
-                f"--volume={script}:/src/enroot-deb.sh:ro",
-                f"--volume={partial}:/out",
-                image, "bash", "/src/enroot-deb.sh", f"/src/{archive.name}", "/out",
-            )  # fmt: skip
-            shutil.rmtree(cache, ignore_errors=True)
-            partial.rename(cache)
+    volumes = [f"{archive}:/src/{archive.name}:ro", f"{script}:/src/enroot-deb.sh:ro"]
+    built_once(cache, lambda done: all((done / name).is_file() for name in names), image, volumes,
+               ["bash", "/src/enroot-deb.sh", f"/src/{archive.name}", "/out"])  # fmt: skip
     return [cache / name for name in names]
+
+
+SLURM_REPO = "apt-slurm"
+
+
+def slurm_point_release_debs(image: str) -> list[Path]:
+    """Debian's Slurm packages of ``image``'s release, repacked as the next point release in a container of
+    ``image`` (upstream/slurm-point-release.py): once per script, kept in build/upstream/ like enroot's."""
+    script = HERE / "upstream" / "slurm-point-release.py"
+    cache = UPSTREAM_CACHE / f"slurm-point-release-{hashlib.sha256(script.read_bytes()).hexdigest()[:12]}"
+    volumes = [f"{script}:/src/slurm-point-release.py:ro"]
+    built_once(cache, lambda done: any(done.glob("slurmd_*.deb")), image, volumes,
+               ["python3", "/src/slurm-point-release.py", "/out"])  # fmt: skip
+    return sorted(cache.glob("*.deb"))
+
+
+def prebuilt_stanza(deb: Path, relative: str) -> str:
+    """The Packages stanza of a .deb built elsewhere: its own control fields, where it is, its checksums."""
+    control = run("dpkg-deb", "--field", str(deb)).stdout
+    head, description = control.split("Description:", 1)
+    data = deb.read_bytes()
+    where = (
+        f"Filename: ./{relative}\nSize: {len(data)}\n"
+        f"MD5sum: {hashlib.md5(data).hexdigest()}\n"
+        f"SHA1: {hashlib.sha1(data).hexdigest()}\n"
+        f"SHA256: {hashlib.sha256(data).hexdigest()}\n"
+    )
+    return f"{head}{where}Description:{description.rstrip()}\n"
 
 
 # --------------------------------------------------------------------------- building
@@ -378,7 +488,7 @@ def build_deb(pkg: Package, outdir: Path) -> Path:
         conffiles = sorted(p for p in pkg.files if p.startswith("/etc/"))
         if conffiles:
             (root / "DEBIAN" / "conffiles").write_text("".join(f"{p}\n" for p in conffiles))
-        for script in ("postinst", "prerm"):
+        for script in ("postinst", "prerm", "postrm"):
             body = getattr(pkg, script)
             if body:
                 (root / "DEBIAN" / script).write_text(body)
@@ -480,6 +590,13 @@ def write_tarball(target: Path, top: str, members: list[tuple[str, bytes, int]])
     return digest
 
 
+def write_index(apt: Path, stanzas: list[str]) -> None:
+    packages = "\n".join(stanzas)
+    (apt / "Packages").write_text(packages)
+    (apt / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
+    (apt / "Release").write_text(release_file(apt))
+
+
 def build(outdir: Path, image: str) -> dict:
     for name in OUTPUTS:
         path = outdir / name
@@ -487,25 +604,39 @@ def build(outdir: Path, image: str) -> dict:
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
-    apt = outdir / "apt"
-    apt.mkdir(parents=True)
     index: dict = {"recipe_hash": recipe_hash(), "packages": [], "archives": []}
-
+    flat = {"apt": all_packages(), **update_repositories()}
+    for folder, members in flat.items():
+        apt = outdir / folder
+        apt.mkdir(parents=True)
+        stanzas = []
+        for pkg in members:
+            deb = build_deb(pkg, apt)
+            if pkg.in_apt:
+                stanzas.append(packages_index(pkg, deb))
+            index["packages"].append(
+                {
+                    "name": pkg.name,
+                    "version": pkg.version,
+                    "architecture": pkg.arch,
+                    "path": str(deb.relative_to(outdir)),
+                    "sha256": sha256_file(deb),
+                    "in_apt": pkg.in_apt,
+                }
+            )
+        write_index(apt, stanzas)
+    apt = outdir / SLURM_REPO  # prebuilt: Debian's own packages under a new version
+    apt.mkdir(parents=True)
     stanzas = []
-    for pkg in all_packages():
-        deb = build_deb(pkg, apt)
-        if pkg.in_apt:
-            stanzas.append(packages_index(pkg, deb))
+    for built in slurm_point_release_debs(image):
+        deb = Path(shutil.copy2(built, apt / built.name))
+        stanzas.append(prebuilt_stanza(deb, deb.name))
+        name, version = deb.name.split("_")[:2]
         index["packages"].append(
-            {
-                "name": pkg.name,
-                "version": pkg.version,
-                "architecture": pkg.arch,
-                "path": str(deb.relative_to(outdir)),
-                "sha256": sha256_file(deb),
-                "in_apt": pkg.in_apt,
-            }
-        )
+            {"name": name, "version": version, "architecture": deb.stem.rsplit("_", 1)[-1],
+             "path": str(deb.relative_to(outdir)), "sha256": sha256_file(deb), "in_apt": True}
+        )  # fmt: skip
+    write_index(apt, stanzas)
     releases = outdir / "enroot" / f"v{ENROOT_VERSION}"  # GitHub's release layout, not in the apt index
     releases.mkdir(parents=True)
     for built in enroot_debs(image):
@@ -521,18 +652,15 @@ def build(outdir: Path, image: str) -> dict:
                 "in_apt": False,
             }
         )
-    packages = "\n".join(stanzas)
-    (apt / "Packages").write_text(packages)
-    (apt / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
-    (apt / "Release").write_text(release_file(apt))
-
     signer = Signer(outdir)
     try:
         fpr = signer.ensure_key()
-        release = str(apt / "Release")
         sign = ("--local-user", fpr, "--digest-algo", "SHA512")
-        signer.gpg(*sign, "--clearsign", "-o", str(apt / "InRelease"), release)
-        signer.gpg(*sign, "--detach-sign", "-o", str(apt / "Release.gpg"), release)
+        for folder in [*flat, SLURM_REPO]:
+            apt = outdir / folder
+            release = str(apt / "Release")
+            signer.gpg(*sign, "--clearsign", "-o", str(apt / "InRelease"), release)
+            signer.gpg(*sign, "--detach-sign", "-o", str(apt / "Release.gpg"), release)
         (outdir / "keys").mkdir()
         (outdir / KEY_FILE).write_text(signer.gpg("--armor", "--export", fpr))
     finally:
@@ -542,6 +670,8 @@ def build(outdir: Path, image: str) -> dict:
         "key": KEY_FILE,
         "fingerprint": fpr,
         "sources_line": "deb [signed-by=/etc/apt/keyrings/corectl-standin.asc] http://HOST:PORT/apt ./",
+        "updates": sorted(update_repositories()),  # more flat repositories beside it, same key and line
+        "slurm": SLURM_REPO,  # the Slurm point release (a flat repository beside it, same key and line)
     }
 
     top = f"dcgm-exporter_{EXPORTER_VERSION}_linux_amd64"

@@ -43,6 +43,8 @@ ARGV: dict[str, tuple[list[str], str]] = {
     "secrets set-ceph-key": (["secrets", "set-ceph-key", "corectl"], "AQ" + "B" * 36 + "==\n"),
     "secrets set-webhook": (["secrets", "set-webhook", "oncall"], "https://hooks.example.invalid/x\n"),
     "upgrade drivers": (["upgrade", "drivers"], ""),
+    "upgrade os": (["upgrade", "os"], ""),
+    "upgrade slurm": (["upgrade", "slurm"], ""),
     "validate-nodes": (["validate-nodes"], ""),
 }
 

@@ -156,3 +156,37 @@ def test_what_a_module_warns_of_is_printed_with_its_host():
     )
     assert lines[:2] == [f"WARNING head01: {kept}", "WARNING head02: as 2.19 may carry it"]
     assert not any("not printed" in line for line in lines)
+
+
+def test_a_failed_command_is_shown_with_its_exit_status_and_the_last_thing_it_said():
+    said = "slurm_reconfigure error: connect failure"
+    failed = result("failed", "head02", "Reconfigure slurm", msg="non-zero return code", rc=1, stderr=f"\n{said}\n")
+    quiet = result("failed", "head03", "Reconfigure slurm", msg="non-zero return code", rc=1, stderr="")
+    lines = replay([play("Slurm controller"), failed, quiet])
+    assert lines[:2] == [
+        f"FAILED head02: Reconfigure slurm: non-zero return code 1: {said}",
+        "FAILED head03: Reconfigure slurm: non-zero return code",
+    ]
+
+
+def test_on_a_terminal_the_live_display_is_drawn_at_each_task_and_for_results_at_most_four_times_a_second():
+    class Still:  # a clock that does not move: a fleet's results all come at once
+        def __call__(self) -> float:
+            return 100.0
+
+    console = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
+    results = [result("ok", f"dgx{i:02d}", "Set the time zone", changed=False) for i in range(50)]
+    failed = result("failed", "dgx77", "Set the time zone", msg="no such zone")
+    events = [play("Base OS settings"), task("Base OS settings", "Set the time zone"), *results, failed]
+    with LiveProgress(console, "provision core", clock=Still()) as progress:
+        drawn: list[str] = []
+        assert progress._live is not None
+        progress._live.update = lambda shown, **_: drawn.append(shown.renderables[0].plain.split("s ", 1)[1])  # type: ignore
+        for event in [*events, task("Base OS settings", "Next")]:
+            progress(event)
+    assert drawn == [  # not once per result: the play, its task, the failure, the next task
+        "hosts 0 changed 0 failed 0",
+        "hosts 0 changed 0 failed 0",
+        "hosts 51 changed 0 failed 1",
+        "hosts 51 changed 0 failed 1",
+    ]

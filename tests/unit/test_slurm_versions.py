@@ -9,6 +9,7 @@ import importlib.util
 import pytest
 
 from conftest import ROOT
+from corectl.commands.upgrade import SlurmPlan
 
 PLUGIN = ROOT / "collections/ansible_collections/corectl/fleet/plugins/filter/slurm_versions.py"
 spec = importlib.util.spec_from_file_location("corectl_slurm_versions", PLUGIN)
@@ -112,3 +113,102 @@ def test_nothing_installed_nor_offered_is_said():
     ]
     (problem,) = sv.slurm_version_problems([read("dgx01", ["slurmd"], "")], "head01", HEAD)
     assert problem.startswith("dgx01: no slurmd installed and none offered by its repositories")
+
+
+# corectl upgrade slurm (issue 48): the plan the playbook follows, and what stops it before anything changes
+POINT = "22.05.9-1corectl1"  # tests/standin's point release
+
+
+def offered(installed: str, candidate: str, *daemons: str) -> str:
+    return policy(**{daemon: (installed, candidate) for daemon in daemons})
+
+
+def test_a_point_release_upgrades_every_daemon_that_is_older():
+    reads = [
+        read("head01", ["slurmctld", "slurmdbd"], offered(BOOKWORM, POINT, "slurmctld", "slurmdbd")),
+        read("dgx01", ["slurmd"], offered(BOOKWORM, POINT, "slurmd")),
+        read("dgx02", ["slurmd"], offered(POINT, POINT, "slurmd")),  # done by an interrupted run
+    ]
+    assert sv.slurm_upgrade_plan(reads, "head01") == {
+        "target": POINT,
+        "version": "22.05.9",
+        "problems": [],
+        "hosts": {
+            "head01": {"slurmctld": [BOOKWORM, POINT], "slurmdbd": [BOOKWORM, POINT]},
+            "dgx01": {"slurmd": [BOOKWORM, POINT]},
+        },
+    }
+    done = [read(r["host"], r["daemons"], r["policy"].replace(f"Installed: {BOOKWORM}", f"Installed: {POINT}"))
+            for r in reads]  # fmt: skip
+    assert sv.slurm_upgrade_plan(done, "head01") == {"target": POINT, "version": "22.05.9", "problems": [], "hosts": {}}
+
+
+def test_a_debian_security_fix_of_the_same_release_is_an_upgrade():
+    fixed = "22.05.8-4+deb12u4"
+    reads = [read("head01", ["slurmctld"], offered(BOOKWORM, fixed, "slurmctld"))]
+    assert sv.slurm_upgrade_plan(reads, "head01")["hosts"] == {"head01": {"slurmctld": [BOOKWORM, fixed]}}
+
+
+def test_a_jump_past_schedmds_rule_is_refused_with_the_rule_and_the_release_to_go_through():
+    reads = [
+        read("head01", ["slurmctld", "slurmdbd"], offered(BOOKWORM, TRIXIE, "slurmctld", "slurmdbd")),
+        read("dgx01", ["slurmd"], offered(BOOKWORM, TRIXIE, "slurmd")),
+    ]
+    plan = sv.slurm_upgrade_plan(reads, "head01")
+    assert plan["hosts"] == {} and len(plan["problems"]) == 3
+    assert plan["problems"][0] == (
+        "head01 runs slurmctld 22.05.8: 24.11.5 is 4 major releases ahead, and SchedMD allows at most 3 in one step "
+        "(slurmdbd, then slurmctld, then slurmd; their saved state and database are converted once); "
+        "upgrade to 24.05 first"
+    )
+    two = [read("head01", ["slurmctld"], offered("23.02.7-1", "23.11.10-1", "slurmctld"))]
+    assert sv.slurm_upgrade_plan(two, "head01")["problems"] == []  # one release: allowed
+    three = [read("head01", ["slurmctld"], offered("22.05.8-1", "23.11.10-1", "slurmctld"))]
+    assert sv.slurm_upgrade_plan(three, "head01")["problems"] == []  # two releases before 24.11: allowed
+    four = [read("head01", ["slurmctld"], offered("22.05.8-1", "24.05.4-1", "slurmctld"))]
+    assert "at most 2 in one step" in sv.slurm_upgrade_plan(four, "head01")["problems"][0]
+
+
+def test_a_node_offered_another_release_or_older_than_installed_stops_the_upgrade():
+    reads = [
+        read("head01", ["slurmctld"], offered(BOOKWORM, POINT, "slurmctld")),
+        read("dgx01", ["slurmd"], offered(BOOKWORM, BOOKWORM, "slurmd")),  # its sources lack the new repository
+        read("dgx02", ["slurmd"], offered("(none)", POINT, "slurmd")),
+    ]
+    assert sv.slurm_upgrade_plan(reads, "head01")["problems"] == [
+        f"dgx01's repositories offer slurmd {BOOKWORM}, head01's slurmctld {POINT}: every Slurm host must be "
+        "offered the same release",
+        "dgx02: no slurmd installed (corectl provision installs it)",
+    ]
+    back = [read("head01", ["slurmctld"], "slurmctld:\n  Installed: 22.05.9-1\n  Candidate: 22.05.8-4\n")]
+    assert sv.slurm_upgrade_plan(back, "head01")["problems"] == [
+        "head01 runs slurmctld 22.05.9, newer than 22.05.8: an upgrade never goes back"
+    ]
+    assert sv.slurm_upgrade_plan([], "head01")["problems"] == ["head01: its repositories offer no slurmctld"]
+
+
+def test_the_plan_says_in_one_line_what_goes_where_in_schedmds_order():
+    hosts = {
+        "dgx02": {"slurmd": [BOOKWORM, POINT]},
+        "head01": {"slurmctld": [BOOKWORM, POINT], "slurmdbd": [BOOKWORM, POINT]},
+        "dgx01": {"slurmd": [BOOKWORM, POINT]},
+    }
+    assert SlurmPlan(POINT, hosts).line() == (
+        f"{BOOKWORM} -> {POINT}: slurmdbd on head01, slurmctld on head01, slurmd on dgx[01-02]"
+    )
+
+
+def test_a_daemon_installed_but_not_restarted_by_an_interrupted_run_is_still_to_upgrade():
+    units = (
+        "ExecMainStartTimestamp=@1796280073\nId=slurmctld.service\nActiveState=active\n\n"
+        "ExecMainStartTimestamp=\nId=slurmd.service\nActiveState=inactive\n\n"
+        "ExecMainStartTimestamp=@1796280539\nId=slurmdbd.service\nActiveState=active\n"
+    )
+    executables = "/usr/sbin/slurmdbd 1796280338\n/usr/sbin/slurmctld 1796280338\n"
+    assert sv.stale_daemons(units, executables) == ["slurmctld"]  # slurmdbd restarted since; slurmd not running
+    assert sv.active_daemons(units) == ["slurmctld", "slurmdbd"]
+    reads = [read("head01", ["slurmctld", "slurmdbd"], offered(POINT, POINT, "slurmctld", "slurmdbd"))]
+    reads[0]["stale"] = ["slurmctld"]
+    plan = sv.slurm_upgrade_plan(reads, "head01")
+    assert plan["hosts"] == {"head01": {"slurmctld": [POINT, POINT]}}
+    assert SlurmPlan(POINT, plan["hosts"]).line() == f"restart -> {POINT}: slurmctld on head01"

@@ -4,6 +4,8 @@ failure; cluster.yml's pools as the role gets them. The lab's end-to-end test ru
 
 from __future__ import annotations
 
+import fcntl
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -170,6 +172,42 @@ def test_the_state_file_is_written_whole_and_read_back(cs: ModuleType, tmp_path:
     assert cs.status(slurm, {"pools": [POOL]}, again)["pools"] == [
         {"partition": "batch", "reservation": "corectl_spares_batch", "size": 1, "spares": ["dgx03"], "covers": {}}
     ]
+
+
+class LockProbe(FakeSlurm):
+    """A slurmctld that, each time the program reads the reservations, tries the state file's lock as another
+    corectl-spares would (CI once read a status between a round's reservation change and its saved covers)."""
+
+    def __init__(self, partition: list[str], lock: Path) -> None:
+        super().__init__(partition)
+        self.lock = lock
+        self.free: list[bool] = []
+
+    def reservations(self) -> dict[str, list[str]]:
+        with self.lock.open("a") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.free.append(True)
+            except BlockingIOError:
+                self.free.append(False)
+        return super().reservations()
+
+
+def test_a_round_and_a_status_hold_the_state_files_lock_until_the_state_is_saved(
+    cs: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    state, config = tmp_path / "lib" / "spares.json", tmp_path / "spares.json"
+    config.write_text(json.dumps({"pools": [POOL], "state": str(state)}))
+    slurm = LockProbe(["dgx01", "dgx02", "dgx03"], tmp_path / "lib" / "spares.json.lock")
+    monkeypatch.setattr(cs, "Slurm", lambda: slurm)
+    assert cs.main(["--config", str(config)]) == 0
+    assert capsys.readouterr().out == "dgx03 held as a spare of batch\n"
+    assert cs.main(["--config", str(config), "--status"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["pools"][0]["spares"] == ["dgx03"] and shown["events"][0]["event"] == "held", shown
+    assert slurm.free == [False, False]  # another round or status waited each time
+    with (tmp_path / "lib" / "spares.json.lock").open("a") as after:
+        fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the program is done (else BlockingIOError)
 
 
 def test_a_kept_health_failure_has_its_own_reason_end_and_persists():

@@ -93,6 +93,7 @@ class RunResult:
     # the control host's CPU seconds for the run: corectl's own process and the processes it started and waited
     # for (ansible-playbook and its forks, SSH to runners or nodes)
     cpu: dict[str, float] = field(default_factory=dict)
+    recorded: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> what the playbook handed back
 
     @property
     def failed_hosts(self) -> list[str]:
@@ -173,13 +174,24 @@ def changed_paths(event_data: dict[str, Any]) -> list[str]:
 
 def failure_detail(event_data: dict[str, Any], unreachable: bool) -> str:
     """The line that says why a task failed (its first) or why a host was unreachable (SSH says
-    it last: "Host key verification failed.", "Connection refused"); banner lines dropped."""
+    it last: "Host key verification failed.", "Connection refused"); banner lines dropped. A command that
+    exited non-zero adds its exit status and the last line of its stderr ("non-zero return code" alone says nothing)."""
     res = event_data.get("res") or {}
     text = str(res.get("msg") or res.get("stderr") or ("unreachable" if unreachable else "failed"))
-    lines = [line.strip() for line in text.splitlines() if line.strip().strip("@")]
+    lines = _lines(text)
     if not lines:
         return "unreachable" if unreachable else "failed"
+    said = _lines(str(res.get("stderr") or ""))  # (stderr only: what a command prints of its work stays there)
+    if lines[0] == COMMAND_FAILED and said:
+        return f"{COMMAND_FAILED} {res.get('rc', '?')}: {said[-1]}"
     return lines[-1] if unreachable else lines[0]
+
+
+COMMAND_FAILED = "non-zero return code"  # ansible.builtin.command's msg when the command exits non-zero
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().strip("@")]
 
 
 FAILURES = ("failed", "unreachable")
@@ -196,6 +208,11 @@ def outcome(event: dict[str, Any]) -> str | None:
     return {"runner_on_skipped": "skipped", "runner_on_unreachable": "unreachable"}.get(str(kind))
 
 
+# What a playbook hands back for the run record (set_stats, like Returned's keys): per host, a mapping such as
+# {"packages": [{"name", "before", "after"}]} (playbooks/upgrade-os.yml); the record keeps it, `runs --show` shows it.
+RECORD_KEY = "corectl_record"
+
+
 class Tally:
     """Per-host counts taken from the task events as they come.
 
@@ -208,12 +225,16 @@ class Tally:
         self.finals: dict[str, HostStats] = {}  # Ansible's own totals, from each playbook_on_stats
         self.messages: dict[str, str] = {}
         self.tasks = 0
+        self.recorded: dict[str, dict[str, Any]] = {}  # host -> what the playbook handed back for the record
 
     def __call__(self, event: dict[str, Any]) -> None:
         if event.get("event") == "playbook_on_task_start":
             self.tasks += 1
         if event.get("event") == "playbook_on_stats":
             self.finals.update(stats_from_event(event.get("event_data", {})))
+            handed = ((event.get("event_data") or {}).get("artifact_data") or {}).get(RECORD_KEY)
+            if isinstance(handed, dict):
+                self.recorded.update({str(host): value for host, value in handed.items() if isinstance(value, dict)})
         data = event.get("event_data") or {}
         host, result = data.get("host"), outcome(event)
         if not host or result is None:

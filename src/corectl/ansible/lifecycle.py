@@ -163,6 +163,7 @@ def run(request: RunRequest, transport: Transport, sink: EventSink | None = None
         ended.status, ended.rc, hosts, run_dir, time.monotonic() - started, tally.messages, tally.tasks, ended.parts
     )
     result.cpu = clock.spent()
+    result.recorded = tally.recorded
     if request.record:
         record(request, result, started_at)
         prune_runs(site)

@@ -124,6 +124,8 @@ def record(request: RunRequest, run: RunResult, started_at: str) -> None:
         data["shards"] = [asdict(shard) for shard in run.shards]
     if run.cpu:
         data["control_cpu_s"] = run.cpu
+    if run.recorded:
+        data["recorded"] = dict(sorted(run.recorded.items()))
     atomic_write(run.artifact_dir / "corectl.json", (json.dumps(data, indent=2) + "\n").encode(), 0o600)
     store.add_run(request.site, run.artifact_dir.name, data)  # the index `corectl runs` lists
     if converged_the_site(request.playbook, run.status, request.check):

@@ -39,6 +39,8 @@ def release(help: str) -> Any:
 
 ReleaseOpt = Annotated[str, release("the stand-ins' Debian release")]
 NodeReleaseOpt = Annotated[str | None, release("its Debian release, when not the lab's")]
+# an upgrade's batch: checked by the command (a batch below 1 is refused with one line, exit 2)
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", help="nodes out of service at a time")]
 LimitOpt = Annotated[
     str | None,
     typer.Option(

@@ -85,6 +85,8 @@ COMMAND_LOCKS: dict[str, str] = {
     "secrets set-webhook": CHANGES,
     "status": READS,
     "upgrade drivers": CHANGES,
+    "upgrade os": CHANGES,
+    "upgrade slurm": CHANGES,
     "validate": READS,
     "validate-nodes": CHANGES,
 }

@@ -1,4 +1,4 @@
-"""Commands that run playbooks on the site: provision, plan, bootstrap, upgrade drivers, runners
+"""Commands that run playbooks on the site: provision, plan, bootstrap, upgrade drivers, os and slurm, runners
 bootstrap, and the record of past runs (runs)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import typer
 from corectl.cli import options, policy
 from corectl.cli.app import app, out, runners_app, upgrade_app
 from corectl.cli.options import (
+    BatchOpt,
     InventoryOpt,
     KeyOpt,
     LastOpt,
@@ -72,7 +73,7 @@ def bootstrap(
 @upgrade_app.command("drivers")
 def upgrade_drivers(
     inventory: InventoryOpt = None,
-    batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="nodes upgraded at a time")] = 1,
+    batch: BatchOpt = 1,
     timeout: Annotated[int, seconds("seconds to wait for a node's running jobs to end", minimum=60)] = 3600,
     limit: LimitOpt = None,
     wait: WaitOpt = 0,
@@ -83,6 +84,46 @@ def upgrade_drivers(
     with policy.changing(policy.site(inventory), wait) as ctx:
         results = run_upgrade(ctx, out, batch=batch, timeout=timeout, limit=limit)
     out.print(f"upgrade drivers: {len(results)} batch(es) done", highlight=False)
+
+
+@upgrade_app.command("os")
+def upgrade_os(
+    inventory: InventoryOpt = None,
+    batch: BatchOpt = 1,
+    timeout: Annotated[int, seconds("seconds to wait for a node's jobs to end and its reboot", minimum=60)] = 3600,
+    security_only: Annotated[
+        bool, typer.Option("--security-only", help="only updates from a security archive")
+    ] = False,
+    limit: LimitOpt = None,
+    wait: WaitOpt = 0,
+) -> None:
+    """Rolling package updates of the compute nodes, what corectl pins left out: a node that must reboot is
+    drained, rebooted once its jobs have ended, and resumed after its validation; never into a kernel without
+    the NVIDIA modules."""
+    from corectl.commands.upgrade import upgrade_os as run_upgrade
+
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        results = run_upgrade(ctx, out, batch=batch, timeout=timeout, security_only=security_only, limit=limit)
+    out.print(f"upgrade os: {len(results)} batch(es) done", highlight=False)
+
+
+@upgrade_app.command("slurm")
+def upgrade_slurm(inventory: InventoryOpt = None, batch: BatchOpt = 1, wait: WaitOpt = 0) -> None:
+    """Every Slurm host to the release the controller's repositories offer, in SchedMD's order: slurmdbd, then
+    slurmctld, then slurmd (--batch nodes at a time, under running jobs); a backup first; a jump past SchedMD's
+    rule is refused."""
+    from corectl.commands.backup import backup as run_backup
+    from corectl.commands.backup import table
+    from corectl.commands.upgrade import upgrade_slurm as run_upgrade
+
+    with policy.changing(policy.site(inventory), wait) as ctx:
+        plan, result = run_upgrade(
+            ctx, out, batch=batch, backup=lambda: out.print(table(run_backup(ctx, out, list_only=False)))
+        )
+    if result is None:
+        out.print(f"upgrade slurm: every Slurm host has {plan.target}: nothing to upgrade", highlight=False)
+    else:
+        out.print(f"upgrade slurm: {plan.line()}: done", highlight=False)
 
 
 @runners_app.command("bootstrap")

@@ -14,6 +14,7 @@ from rich.text import Text
 from corectl import hostlist
 from corectl.ansible import changed_paths, failure_detail
 from corectl.ansible.records import load_runs, read_json
+from corectl.ansible.remote.stream import EVENTS, read_events
 from corectl.errors import CorectlError
 from corectl.progress import FAILURES, outcome
 from corectl.site import Site
@@ -97,13 +98,18 @@ def resolve_run(site: Site, run_id: str) -> str:
 def load_events(run_dir: Path) -> list[dict[str, Any]]:
     """A run's Ansible events in order; the *-partial.json files are incomplete copies of others.
 
-    A fanned-out run (corectl.ansible.remote.fanout) keeps each shard's events under shards/<shard>/: those
-    come shard by shard (a host is in one shard, so its events keep their order)."""
-    sources = [run_dir / "job_events", *sorted((run_dir / "shards").glob("*/**/job_events"))]
+    A fanned-out or node-local run (corectl.ansible.remote) keeps each shard's events under shards/<shard>/, in
+    one EVENTS file per job (or, made by an earlier corectl, a job_events folder): those come shard by shard (a
+    host is in one shard, so its events keep their order)."""
+    shards = run_dir / "shards"
+    sources = [run_dir / "job_events", *sorted([*shards.glob("*/**/job_events"), *shards.glob(f"*/**/{EVENTS}")])]
     events: list[dict[str, Any]] = []
     for source in sources:
-        paths = (p for p in source.glob("*.json") if not p.name.endswith("-partial.json"))
-        found = [event for event in map(read_json, paths) if event is not None]
+        if source.name == EVENTS:
+            found = read_events(source)
+        else:
+            paths = (p for p in source.glob("*.json") if not p.name.endswith("-partial.json"))
+            found = [event for event in map(read_json, paths) if event is not None]
         events += sorted(found, key=lambda e: int(e.get("counter") or 0))
     return events
 
@@ -172,6 +178,16 @@ def _host_lines(host: str, report: HostReport) -> list[Text]:
     return lines
 
 
+def _package_lines(recorded: dict[str, Any]) -> list[Text]:
+    """The packages a run changed (corectl upgrade os), per host: name, version before and after."""
+    lines = []
+    for host, handed in sorted(recorded.items()):
+        for package in (handed or {}).get("packages") or []:
+            before = package.get("before") or "(new)"
+            lines.append(Text(f"  {host}: {package.get('name')} {before} -> {package.get('after')}"))
+    return [Text("packages", style="bold"), *lines] if lines else []
+
+
 def show_run(site: Site, run_id: str) -> Group:
     """What a kept run did, per host: the tasks that changed something or failed, the rest counted.
 
@@ -182,6 +198,7 @@ def show_run(site: Site, run_id: str) -> Group:
     reports = host_reports(load_events(run_dir))
     record = read_json(run_dir / "corectl.json")
     lines = [_header(ident, record), *_shard_lines((record or {}).get("shards") or [])]
+    lines += _package_lines((record or {}).get("recorded") or {})
     if not reports:
         return Group(*lines, Text(f"no task ran on any host (Ansible's output: {run_dir / 'stdout'})"))
     quiet = sorted(host for host, report in reports.items() if not report.listed)

@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from corectl.ansible.events import VERBOSITY_ENV, RunRequest, verbosity
+from corectl.ansible.remote.stream import follow
 from corectl.ansible.runner import default_forks, playbook_options, selection, ssh_extra_args
 from corectl.secrets import SecretFiles
 
@@ -201,9 +202,10 @@ def run_streamed(
     """Run a packed job through a worker and follow it to its end.
 
     `transmit` writes straight into the worker's stdin (the stream holds the vault password, so
-    it never touches the control host's disk); `process` reads the worker's stdout as it comes,
-    so ``on_event`` sees each event live. ``worker_argv`` starts `ansible-runner worker`: here,
-    or on a runner host through SSH. ``on_start`` gets the worker process (to stop it). ``consume``:
+    it never touches the control host's disk); corectl.ansible.remote.stream.follow reads the worker's
+    stdout as it comes, so ``on_event`` sees each event live, and keeps the events in ``work_dir``.
+    ``worker_argv`` starts `ansible-runner worker`: here, or on a runner host through SSH.
+    ``on_start`` gets the worker process (to stop it). ``consume``:
     remove the pack as soon as it is sent (transmit writes the job's passwords into its env/).
     ``layers``: the job's common part, zipped ahead (send); the pack then holds only the rest.
     """
@@ -238,16 +240,11 @@ def run_streamed(
     threads = [threading.Thread(target=transmit, daemon=True), threading.Thread(target=listen, args=(worker.stderr,))]
     for thread in threads:
         thread.start()
+    explanation = ""
     try:
-        result = ansible_runner.run(
-            streamer="process",
-            _input=worker.stdout,
-            private_data_dir=str(work_dir),
-            event_handler=lambda event: on_event(event) or True,
-            quiet=True,
-        )
-        status = str(result.status or "error")
-    except Exception as exc:  # a stream cut mid-way (a runner gone) breaks `process` anywhere
+        followed = follow(worker.stdout, work_dir, on_event)
+        status, explanation = followed.status, followed.explanation
+    except Exception as exc:  # a stream cut mid-way (a runner gone) breaks the artifacts' unpacking anywhere
         status = "error"
         said.append(f"the job's stream broke off ({type(exc).__name__})")
     finally:
@@ -255,7 +252,9 @@ def run_streamed(
         for thread in threads:
             thread.join()
         worker.wait()
+    if explanation and not said:  # what the worker or SSH said on stderr says more (No route to host)
+        said.append(explanation)
     # The stream carries the job's status, not ansible-playbook's exit code (the worker exits
     # non-zero for a failed job too). A worker that never ran (a runner not reachable) leaves the
-    # stream empty, which `process` reports as "error".
+    # stream empty, which follow reports as "error".
     return Streamed(status, 0 if status == "successful" else 1, worker.returncode, list(said))

@@ -47,11 +47,26 @@ def may_skip(newer: str) -> int:
 POLICY = re.compile(r"^(\S+):\n\s+Installed: (\S+)\n\s+Candidate: (\S+)", re.MULTILINE)
 
 
-def policy_versions(policy: str) -> dict[str, tuple[str, str]]:
-    """``apt-cache policy PKG...``'s answer: package -> (installed, candidate), ``""`` for none. Line ends
-    of a terminal (raw over SSH with a tty: CR LF) read as plain ones."""
+def policy_packages(policy: str) -> dict[str, tuple[str, str]]:
+    """``apt-cache policy PKG...``'s answer: package -> (installed, candidate) as Debian writes them
+    (``22.05.8-4+deb12u3``), ``""`` for ``(none)``. Line ends of a terminal (raw over SSH with a tty: CR LF) read
+    as plain ones."""
     text = policy.replace("\r\n", "\n")
-    return {m.group(1): (policy_version(m.group(2)), policy_version(m.group(3))) for m in POLICY.finditer(text)}
+    found = {}
+    for match in POLICY.finditer(text):
+        installed, candidate = (v if policy_version(v) else "" for v in (match.group(2), match.group(3)))
+        found[match.group(1)] = (installed, candidate)
+    return found
+
+
+def policy_versions(policy: str) -> dict[str, tuple[str, str]]:
+    """``apt-cache policy PKG...``'s answer: package -> (installed, candidate) as Slurm's versions
+    (``22.05.8``), ``""`` for none."""
+    return {name: (policy_version(i), policy_version(c)) for name, (i, c) in policy_packages(policy).items()}
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def slurm_version_problems(reads: list[dict], controller: str, controller_policy: str) -> list[str]:
@@ -93,6 +108,88 @@ def slurm_version_problems(reads: list[dict], controller: str, controller_policy
     return found
 
 
+def stale_daemons(units: str, executables: str) -> list[str]:
+    """The daemons that run an executable replaced since they started (an upgrade installed, not restarted yet).
+    ``units``: ``systemctl show --timestamp=unix -p Id -p ActiveState -p ExecMainStartTimestamp UNIT...``;
+    ``executables``: ``stat -L -c '%n %Z' /usr/sbin/DAEMON...`` (dpkg's rename sets the ctime)."""
+    replaced = {}
+    for line in executables.splitlines():
+        path, _, ctime = line.rpartition(" ")
+        if path and ctime.isdigit():
+            replaced[path.rsplit("/", 1)[-1]] = int(ctime)
+    stale = []
+    for daemon, fields in _units(units).items():
+        started = fields.get("ExecMainStartTimestamp", "").lstrip("@")
+        if fields.get("ActiveState") == "active" and started.isdigit() and replaced.get(daemon, 0) > int(started):
+            stale.append(daemon)
+    return sorted(stale)
+
+
+def active_daemons(units: str) -> list[str]:
+    """The daemons that run, from the same ``systemctl show`` as stale_daemons reads."""
+    return sorted(daemon for daemon, fields in _units(units).items() if fields.get("ActiveState") == "active")
+
+
+def _units(units: str) -> dict[str, dict[str, str]]:
+    """``systemctl show`` of several units: each unit's properties by its name (slurmd for slurmd.service)."""
+    found = {}
+    for block in units.replace("\r\n", "\n").strip().split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if fields.get("Id"):
+            found[fields["Id"].removesuffix(".service")] = fields
+    return found
+
+
+def slurm_upgrade_plan(reads: list[dict], controller: str) -> dict:
+    """corectl upgrade slurm's plan. ``reads``: one entry per Slurm host, {host, daemons, policy} as for
+    slurm_version_problems, and ``stale``: its daemons running a replaced executable (stale_daemons). The target
+    is what the controller's repositories offer for slurmctld; every daemon goes to it, in SchedMD's order (the
+    playbook's). Returns {target, version, problems, hosts} (target: Debian's version; version: Slurm's, which the
+    daemons report). ``hosts`` maps each host with a package to upgrade or a daemon to restart to
+    {daemon: [installed, target]} (Debian's versions: a Debian revision of the same release, a security fix, is an
+    upgrade too); ``problems`` says, one line each, why the upgrade must not start (a node offered another
+    version, a downgrade, a jump past SchedMD's rule)."""
+    by_host = {read["host"]: read for read in reads}
+    policy = policy_packages(by_host.get(controller, {}).get("policy", ""))
+    target_deb = policy.get("slurmctld", ("", ""))[1]
+    target = policy_version(target_deb)
+    if not target:
+        return {"target": "", "version": "", "problems": [f"{controller}: its repositories offer no slurmctld"],
+                "hosts": {}}  # fmt: skip
+    problems: list[str] = []
+    hosts: dict[str, dict[str, list[str]]] = {}
+    allowed = may_skip(target)
+    for read in reads:
+        host, versions = read["host"], policy_packages(read["policy"])
+        for daemon in read["daemons"]:
+            installed_deb, candidate_deb = versions.get(daemon, ("", ""))
+            installed = policy_version(installed_deb)
+            if not installed:
+                problems.append(f"{host}: no {daemon} installed (corectl provision installs it)")
+            elif candidate_deb != target_deb:
+                problems.append(
+                    f"{host}'s repositories offer {daemon} {candidate_deb or 'none'}, {controller}'s slurmctld "
+                    f"{target_deb}: every Slurm host must be offered the same release"
+                )
+            elif version_key(target) < version_key(installed):
+                problems.append(f"{host} runs {daemon} {installed}, newer than {target}: an upgrade never goes back")
+            elif releases_apart(installed, target) > allowed:
+                through = RELEASES[min(_index(release(installed)) + allowed, len(RELEASES) - 1)]
+                problems.append(
+                    f"{host} runs {daemon} {installed}: {target} is {releases_apart(installed, target)} major "
+                    f"releases ahead, and SchedMD allows at most {allowed} in one step (slurmdbd, then slurmctld, "
+                    f"then slurmd; their saved state and database are converted once); upgrade to {through} first"
+                )
+            elif installed_deb != target_deb or daemon in read.get("stale", []):  # (installed, not restarted)
+                hosts.setdefault(host, {})[daemon] = [installed_deb, target_deb]
+    return {"target": target_deb, "version": target, "problems": problems, "hosts": hosts if not problems else {}}
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"slurm_version_problems": slurm_version_problems}
+        return {
+            "slurm_version_problems": slurm_version_problems,
+            "slurm_upgrade_plan": slurm_upgrade_plan,
+            "slurm_stale_daemons": stale_daemons,
+            "slurm_active_daemons": active_daemons,
+        }

@@ -1,0 +1,68 @@
+"""corectl.ansible.remote.stream: a worker's stream followed to its eof, events handed on and kept as one file."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+from corectl.ansible.remote.jobpack import zip_message
+from corectl.ansible.remote.stream import EVENTS, follow, read_events
+
+
+def line(data: dict[str, Any]) -> bytes:
+    return json.dumps(data).encode() + b"\n"
+
+
+def event(counter: int, kind: str = "runner_on_ok") -> dict[str, Any]:
+    return {"event": kind, "counter": counter, "uuid": f"u{counter}", "event_data": {"host": "dgx01"}}
+
+
+def artifacts(tmp_path: Path) -> bytes:
+    """The worker's artifacts message: its zipfile line and the zip (ansible-runner's own layout)."""
+    made = tmp_path / "worker-artifacts"
+    made.mkdir()
+    (made / "rc").write_text("0")
+    return zip_message(made)
+
+
+def test_events_are_handed_on_and_kept_in_order_the_status_and_artifacts_as_the_worker_sent_them(tmp_path: Path):
+    stream = b"".join(
+        [
+            line({"status": "starting", "runner_ident": "1"}),
+            line(event(1, "playbook_on_start")),
+            line({"event": "keepalive"}),
+            line(event(2)),
+            line({"status": "running"}),
+            line(event(3, "playbook_on_stats")),
+            line({"status": "successful", "runner_ident": "1"}),
+            artifacts(tmp_path),
+            line({"eof": True}),
+        ]
+    )
+    seen: list[dict[str, Any]] = []
+    job = tmp_path / "job"
+    followed = follow(io.BytesIO(stream), job, seen.append)
+    assert (followed.status, followed.explanation) == ("successful", "")
+    assert [e["counter"] for e in seen] == [1, 2, 3]  # not the keepalive, not the status lines
+    assert read_events(job / EVENTS) == seen
+    assert stat.S_IMODE((job / EVENTS).stat().st_mode) == 0o600  # events hold the hosts' facts
+    assert (job / "artifacts" / "rc").read_text() == "0"
+
+
+def test_a_stream_cut_before_its_eof_is_an_error_and_keeps_the_events_that_came(tmp_path: Path):
+    stream = line({"status": "running"}) + line(event(1)) + line(event(2))[:-9]  # the worker's host went away
+    seen: list[dict[str, Any]] = []
+    followed = follow(io.BytesIO(stream), tmp_path / "job", seen.append)
+    assert followed.status == "error" and "not JSON" in followed.explanation
+    assert [e["counter"] for e in seen] == [1]
+    empty = follow(io.BytesIO(b""), tmp_path / "other", seen.append)
+    assert (empty.status, empty.explanation) == ("error", "the worker's stream ended before its eof")
+
+
+def test_a_last_line_cut_short_in_the_events_file_is_left_out(tmp_path: Path):
+    kept = tmp_path / EVENTS
+    kept.write_bytes(line(event(1)) + line(event(2))[:-5])
+    assert [e["counter"] for e in read_events(kept)] == [1]
