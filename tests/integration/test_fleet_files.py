@@ -191,3 +191,52 @@ def test_ansible_cores_private_template_helper_is_where_the_files_action_imports
         path="x.j2", fullpath=str(source), dest_path="/etc/x", include_ansible_managed=True
     )
     assert "ansible_managed" in made and made["template_path"] == "x.j2"
+
+
+VALIDATED_TASKS = """
+- name: Write the checked file and the role's directory of files
+  corectl.fleet.files:
+    files: >-
+      {{ [{'path': out ~ '/checked.conf', 'content': 'value=' ~ app_value, 'mode': '0640',
+           'validate': 'grep -qx value=good %s'}]
+         + query('ansible.builtin.fileglob', 'boards/*.json')
+           | corectl.fleet.files_under(out ~ '/boards', mode='0644') }}
+  register: written
+
+- name: Keep the result
+  ansible.builtin.copy:
+    content: "{{ written | to_json }}"
+    dest: "{{ out }}/result.json"
+    mode: "0644"
+  check_mode: false
+"""
+
+
+def test_validate_checks_new_content_before_it_replaces_the_file(tmp_path: Path):
+    """An entry's validate command runs on the new content (mode already set) before the rename; a
+    failure leaves the old file and no temporary file, and names the path. files_under puts a role
+    directory's files in the same call."""
+    base = tmp_path / "roles" / "demo"
+    (base / "tasks").mkdir(parents=True)
+    (base / "tasks" / "main.yml").write_text(VALIDATED_TASKS)
+    (base / "files" / "boards").mkdir(parents=True)
+    for name in ("b.json", "a.json"):
+        (base / "files" / "boards" / name).write_text(f'{{"board": "{name}"}}\n')
+    (tmp_path / "play.yml").write_text("- hosts: localhost\n  gather_facts: false\n  roles: [demo]\n")
+    out = tmp_path / "out"
+    (out / "boards").mkdir(parents=True)
+
+    written = converge(tmp_path, "good")
+    assert written["changed_paths"] == [f"{out}/checked.conf", f"{out}/boards/a.json", f"{out}/boards/b.json"]
+    assert (out / "checked.conf").read_text() == "value=good"
+    assert mode(out / "checked.conf") == 0o640
+    assert (out / "boards" / "b.json").read_text() == '{"board": "b.json"}\n'
+    assert converge(tmp_path, "good")["changed_paths"] == []  # unchanged content: validate not even run
+
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(tmp_path / "roles")}
+    argv = [str(PLAYBOOK), "-c", "local", "-i", "localhost,", str(tmp_path / "play.yml"), "-e", f"out={out}"]
+    refused = subprocess.run([*argv, "-e", "app_value=bad"], env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"{out}/checked.conf: the new content fails grep (exit 1): no output" in refused.stdout
+    assert (out / "checked.conf").read_text() == "value=good"
+    assert sorted(p.name for p in out.iterdir()) == ["boards", "checked.conf", "result.json"]

@@ -2,7 +2,7 @@
 """Render templates and read role files on the controller, send every path to the node in one
 module call, and notify the handlers named by the paths that changed.
 
-An entry takes what the module takes (path, state, content, src, owner, group, mode) and:
+An entry takes what the module takes (path, state, content, src, owner, group, mode, validate) and:
   template  a role template (rendered like ansible.builtin.template: same search path, same
             ansible_managed and template_* variables, same defaults), for state file (ignored
             for the other states, so one entry can switch between file and absent);
@@ -27,7 +27,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 
-MODULE_KEYS = ("path", "state", "content", "src", "owner", "group", "mode")
+MODULE_KEYS = ("path", "state", "content", "src", "owner", "group", "mode", "validate")
 OWN_KEYS = ("template", "vars", "notify", "when")
 
 

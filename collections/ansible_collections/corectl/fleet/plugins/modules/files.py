@@ -49,6 +49,13 @@ options:
       mode:
         description: Octal mode as a string, such as C("0644") (state C(file) or C(directory)).
         type: str
+      validate:
+        description:
+          - A command that checks the new content before it replaces the file (state C(file)), as
+            ansible.builtin.template's C(validate) - C(%s) stands for the path of the new content. It runs only when
+            the content differs, on the temporary file in the same directory; a non-zero exit leaves the file as it
+            was and fails the task naming the path and the command's last line of output.
+        type: str
 author: corectl
 """
 
@@ -60,6 +67,7 @@ EXAMPLES = r"""
       - {path: /etc/slurm/slurm.conf, template: slurm.conf.j2, owner: root, group: root, mode: "0644",
          notify: Restart slurmctld}
       - {path: /etc/slurm/topology.conf, state: absent, when: "{{ slurm_switches | length == 0 }}"}
+      - {path: /etc/prometheus/rules/corectl.yml, template: rules.yml.j2, validate: promtool check rules %s}
 """
 
 RETURN = r"""
@@ -83,9 +91,11 @@ import grp
 import os
 import pwd
 import re
+import shlex
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -136,8 +146,37 @@ def _attributes(path: str, uid: int, gid: int, mode: int | None, check: bool) ->
     return changed
 
 
-def _write(path: str, data: bytes, uid: int, gid: int, mode: int | None) -> None:
-    """Replace path with data: a temporary file in the same directory, fsynced, renamed over it."""
+# runs a command (argv) and gives its exit status and output; the module's run_command on a node
+Runner = Callable[[list[str]], tuple[int, str, str]]
+
+
+def _validated(path: str, temporary: str, command: str | None, run: Runner | None) -> None:
+    """Refuse the new content of path (in temporary) when the entry's validate command fails on it."""
+    if not command:
+        return
+    if "%s" not in command:
+        raise Refused(f"{path}: validate needs %s (where the new content's path goes): {command!r}")
+    if run is None:
+        raise Refused(f"{path}: validate cannot run here")
+    argv = [temporary if word == "%s" else word.replace("%s", temporary) for word in shlex.split(command)]
+    rc, out, err = run(argv)
+    if rc != 0:
+        said = [line.strip() for line in (err + "\n" + out).splitlines() if line.strip()]
+        last = said[-1].replace(temporary, path) if said else "no output"
+        raise Refused(f"{path}: the new content fails {argv[0]} (exit {rc}): {last}")
+
+
+def _write(
+    path: str,
+    data: bytes,
+    uid: int,
+    gid: int,
+    mode: int | None,
+    validate: str | None = None,
+    run: Runner | None = None,
+) -> None:
+    """Replace path with data: a temporary file in the same directory, fsynced, checked by the
+    entry's validate command if it has one, renamed over it."""
     directory = os.path.dirname(path)
     fd, temporary = tempfile.mkstemp(prefix=".corectl-", dir=directory)
     try:
@@ -148,6 +187,7 @@ def _write(path: str, data: bytes, uid: int, gid: int, mode: int | None) -> None
                 os.fchown(handle.fileno(), uid, gid)
             os.fchmod(handle.fileno(), 0o644 if mode is None else mode)
             os.fsync(handle.fileno())
+        _validated(path, temporary, validate, run)
         os.rename(temporary, path)
     except BaseException:
         if os.path.lexists(temporary):
@@ -169,7 +209,7 @@ def _text(data: bytes | None) -> str | None:
         return None
 
 
-def apply_file(entry: dict, check: bool, diffs: list | None) -> bool:
+def apply_file(entry: dict, check: bool, diffs: list | None, run: Runner | None = None) -> bool:
     path = entry["path"]
     if entry.get("content_b64") is not None:
         data = base64.b64decode(entry["content_b64"])
@@ -204,11 +244,11 @@ def apply_file(entry: dict, check: bool, diffs: list | None) -> bool:
             st = os.lstat(path)
             uid, gid = (st.st_uid if uid == -1 else uid), (st.st_gid if gid == -1 else gid)
             mode = stat.S_IMODE(st.st_mode) if mode is None else mode
-        _write(path, data, uid, gid, mode)
+        _write(path, data, uid, gid, mode, entry.get("validate"), run)
     return True
 
 
-def apply_directory(entry: dict, check: bool, diffs: list | None) -> bool:
+def apply_directory(entry: dict, check: bool, diffs: list | None, run: Runner | None = None) -> bool:
     path = entry["path"]
     uid, gid = _ids(entry)
     mode = _mode(entry)
@@ -224,7 +264,7 @@ def apply_directory(entry: dict, check: bool, diffs: list | None) -> bool:
     return True
 
 
-def apply_link(entry: dict, check: bool, diffs: list | None) -> bool:
+def apply_link(entry: dict, check: bool, diffs: list | None, run: Runner | None = None) -> bool:
     path, target = entry["path"], entry.get("src")
     if not target:
         raise Refused(f"{path}: state link needs src (the target)")
@@ -243,7 +283,7 @@ def apply_link(entry: dict, check: bool, diffs: list | None) -> bool:
     return True
 
 
-def apply_absent(entry: dict, check: bool, diffs: list | None) -> bool:
+def apply_absent(entry: dict, check: bool, diffs: list | None, run: Runner | None = None) -> bool:
     path = entry["path"]
     if not os.path.lexists(path):
         return False
@@ -276,6 +316,7 @@ def main() -> None:
                     "owner": {"type": "str"},
                     "group": {"type": "str"},
                     "mode": {"type": "str"},
+                    "validate": {"type": "str"},
                 },
             },
         },
@@ -283,9 +324,14 @@ def main() -> None:
     )
     diffs: list | None = [] if module._diff else None
     results = []
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        rc, out, err = module.run_command(argv)
+        return rc, out, err
+
     for entry in module.params["files"]:
         try:
-            changed = APPLY[entry["state"]](entry, module.check_mode, diffs)
+            changed = APPLY[entry["state"]](entry, module.check_mode, diffs, run)
         except (Refused, OSError) as error:
             module.fail_json(msg=str(error), results=results, changed=any(result["changed"] for result in results))
         results.append({"path": entry["path"], "changed": changed})
