@@ -307,3 +307,30 @@ def test_the_site_has_run_before_after_its_provisions_records_are_pruned(tmp_pat
     assert provision.name not in {r["id"] for r in load_runs(site)}  # the index holds the kept runs
     assert site_has_run(site)
     assert store.marked(site, store.HAS_RUN) == ("2026-11-27T05:00:02Z", provision.name)
+
+
+def test_lab_down_forgets_that_the_site_has_run(tmp_path: Path, root: Path):
+    """`corectl lab down` removes the machines; a later `lab up` is a new cluster. Its first provision must start
+    slurmctld and slurmdbd on their empty state, not hold them as for a replaced head: the runs, the facts and the
+    store's marks go with the machines (a manual lab brought up again on its old site held slurmctld, session 44)."""
+    from corectl import store
+    from corectl.ansible.records import accounting_has_run, site_has_run
+    from corectl.lab.nodes import forget_machines
+
+    site = Site(root=root, directory=tmp_path / "site")
+    site.directory.mkdir(parents=True)
+    site.site_file.write_text(json.dumps({"corectl_slurm": {"dbd_host": "head01"}}))
+    request = RunRequest(site=site, playbook="site.yml", command="provision")
+    ident = "20261203T140000Z-100"
+    run = RunResult("successful", 0, {"head01": HostStats(ok=1)}, site.runs_dir / ident, 1.0, {}, 1)
+    (site.runs_dir / ident).mkdir(parents=True)
+    record(request, run, "2026-12-03T14:00:00+00:00")
+    site.facts_dir.mkdir(parents=True)
+    assert site_has_run(site) and accounting_has_run(site)
+
+    forget_machines(site)
+    assert not site_has_run(site) and not accounting_has_run(site)
+    assert store.marked(site, store.HAS_RUN) is None
+    assert not site.runs_dir.exists() and not site.facts_dir.exists()
+    assert sorted(p.name for p in site.directory.iterdir() if not p.name.startswith(".history")) == ["site.json"]
+    forget_machines(site)  # twice: nothing left to remove is no error

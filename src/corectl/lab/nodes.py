@@ -385,9 +385,18 @@ def down(site: Site) -> list[str]:
     if networks:
         docker("network", "rm", *networks)
     remove_slurm_cgroups(names)
-    # the fact cache and the run records describe machines that are gone: the next lab up is a new cluster, whose
-    # first provision must start slurmctld on its empty state (role slurm holds it on a site that has run before)
+    forget_machines(site)
+    return names
+
+
+def forget_machines(site: Site) -> None:
+    """The fact cache, the run records and the site's store (its runs' index, history and the marks that say the
+    site has run before) describe machines that are gone: the next lab up is a new cluster, whose first provision
+    must start slurmctld and slurmdbd on their empty state (role slurm holds them on a site that has run before, as
+    for a replaced head)."""
     for kept in (site.facts_dir, site.runs_dir):
         if kept.is_dir():
             shutil.rmtree(kept)
-    return names
+    store = site.history_db
+    for path in (store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
+        path.unlink(missing_ok=True)
