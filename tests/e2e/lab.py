@@ -128,6 +128,16 @@ def docker_exec(container: str, *argv: str, check: bool = True) -> str:
     return done.stdout
 
 
+def flip_byte(container: str, path: str, offset: int) -> None:
+    """Change the byte at ``offset`` of ``path`` in ``container`` for sure (to 255 minus it): writing a fixed byte
+    there leaves the file as it was whenever it already held that byte (1 run in 256 for compressed data)."""
+    script = (
+        'b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d " ") && [ -n "$b" ] && '
+        'printf "\\\\$(printf %o $((255 - b)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none'
+    )
+    docker_exec(container, "sh", "-c", script, "flip", path, str(offset))
+
+
 def table_rows(text: str) -> list[list[str]]:
     """The body rows of the rich tables in ``text``, each as its stripped cells."""
     rows = []

@@ -24,6 +24,7 @@ from e2e.lab import (
     corectl,
     docker_exec,
     exec_in,
+    flip_byte,
     job_state,
     last_run_changes,
     prometheus,
@@ -92,7 +93,7 @@ def test_backups_of_the_head_verify_and_the_timer_keeps_the_retention_count(lab:
     assert wait_for(kept_series, lambda series: series == [(f"{P}head01", "2")], 90) == [(f"{P}head01", "2")]
     # a byte changed in the newest dump: named, and the listing exits 1
     newest = f"/shared/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
-    docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+    flip_byte(HEAD, newest, 30)
     broken = corectl("backup", "--list", *args, check=False)
     assert broken.returncode == 1, broken.stdout
     rows = {row[0]: row[3] for row in table_rows(broken.stdout) if row[0].startswith("20")}
@@ -152,7 +153,7 @@ def test_backups_go_to_a_backup_host_over_ssh_with_the_sites_own_key(lab: Path):
         assert sorted(docker_exec(CEPH, "ls", "/srv/corectl-backups").split()) == [k["name"] for k in kept]
         # a byte changed there: named by the listing
         newest = f"/srv/corectl-backups/{kept[-1]['name']}/slurm_acct_db.sql.gz"
-        docker_exec(CEPH, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+        flip_byte(CEPH, newest, 30)
         broken = corectl("backup", "--list", *args, check=False)
         assert broken.returncode == 1, broken.stdout
         rows = {row[0]: row[3] for row in table_rows(broken.stdout) if row[0].startswith("20")}
@@ -251,7 +252,7 @@ def test_a_head_whose_disk_died_is_restored_from_its_backup(lab: Path):
 
     # a backup that does not verify is refused, with one line, and nothing is stopped
     newest = f"/shared/corectl-backups/{backup['name']}/slurmctld-state.tar.gz"
-    docker_exec(HEAD, "sh", "-c", f"printf X | dd of={newest} bs=1 seek=30 conv=notrunc status=none")
+    flip_byte(HEAD, newest, 30)
     refused = corectl("restore", *args, "--backup", backup["name"], check=False)
     assert refused.returncode == 1, refused.stdout
     assert refused.stderr.strip().splitlines()[-1] == (
