@@ -1,4 +1,4 @@
-"""corectl.fleet.systemd_timers_to_act: the controller's timers compared with one `systemctl show`."""
+"""corectl.fleet.systemd_units_to_act: the controller's timers compared with one `systemctl show`."""
 
 from __future__ import annotations
 
@@ -53,11 +53,11 @@ def wanted(**overrides: tuple[bool, bool]) -> list[dict]:
 
 def test_a_converged_controller_has_nothing_to_act_on():
     show = SHOW.replace("ActiveState=inactive\nUnitFileState=disabled", "ActiveState=active\nUnitFileState=enabled")
-    assert systemd.systemd_timers_to_act(show, wanted()) == {"stop": [], "run": []}
+    assert systemd.systemd_units_to_act(show, wanted()) == {"stop": [], "run": []}
 
 
 def test_a_stopped_or_changed_timer_runs_and_a_changed_one_restarts():
-    acts = systemd.systemd_timers_to_act(SHOW, wanted(metrics=(True, True)))
+    acts = systemd.systemd_units_to_act(SHOW, wanted(metrics=(True, True)))
     assert acts == {
         "stop": [],
         "run": [
@@ -68,14 +68,14 @@ def test_a_stopped_or_changed_timer_runs_and_a_changed_one_restarts():
 
 
 def test_a_timer_no_longer_wanted_stops_only_where_systemd_still_has_it():
-    acts = systemd.systemd_timers_to_act(SHOW, wanted(validation=(False, True), pairs=(False, False)))
+    acts = systemd.systemd_units_to_act(SHOW, wanted(validation=(False, True), pairs=(False, False)))
     assert acts["stop"] == ["corectl-validation.timer"]  # pairs: no unit file, nothing to stop
     # templated flags arrive as strings on some paths: "False" is false
-    assert systemd.systemd_timers_to_act(SHOW, [{"name": "corectl-validation.timer", "run": "False"}])["stop"] == [
+    assert systemd.systemd_units_to_act(SHOW, [{"name": "corectl-validation.timer", "run": "False"}])["stop"] == [
         "corectl-validation.timer"
     ]
 
 
-def test_a_timer_systemctl_said_nothing_of_is_an_error():
+def test_a_unit_systemctl_said_nothing_of_is_an_error():
     with pytest.raises(ValueError, match=r"said nothing of corectl-other\.timer"):
-        systemd.systemd_timers_to_act(SHOW, [{"name": "corectl-other.timer", "run": True}])
+        systemd.systemd_units_to_act(SHOW, [{"name": "corectl-other.timer", "run": True}])
