@@ -20,7 +20,17 @@ pytestmark = pytest.mark.xdist_group("fleet_files")
 
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
-TASKS = """
+KEEP_RESULT = """
+- name: Keep the result
+  ansible.builtin.copy:
+    content: "{{ written | to_json }}"
+    dest: "{{ out }}/result.json"
+    mode: "0644"
+  check_mode: false
+"""
+
+TASKS = (
+    """
 - name: Write the files
   corectl.fleet.files:
     files:
@@ -34,14 +44,9 @@ TASKS = """
       - {path: "{{ out }}/etc/old.conf", state: absent, notify: Reload tool}
       - {path: "{{ out }}/etc/skipped", content: "x", mode: "0644", when: "{{ false }}"}
   register: written
-
-- name: Keep the result
-  ansible.builtin.copy:
-    content: "{{ written | to_json }}"
-    dest: "{{ out }}/result.json"
-    mode: "0644"
-  check_mode: false
 """
+    + KEEP_RESULT
+)
 
 HANDLERS = """
 - name: Restart app
@@ -193,7 +198,8 @@ def test_ansible_cores_private_template_helper_is_where_the_files_action_imports
     assert "ansible_managed" in made and made["template_path"] == "x.j2"
 
 
-VALIDATED_TASKS = """
+VALIDATED_TASKS = (
+    """
 - name: Write the checked file and the role's directory of files
   corectl.fleet.files:
     files: >-
@@ -202,14 +208,9 @@ VALIDATED_TASKS = """
          + query('ansible.builtin.fileglob', 'boards/*.json')
            | corectl.fleet.files_under(out ~ '/boards', mode='0644') }}
   register: written
-
-- name: Keep the result
-  ansible.builtin.copy:
-    content: "{{ written | to_json }}"
-    dest: "{{ out }}/result.json"
-    mode: "0644"
-  check_mode: false
 """
+    + KEEP_RESULT
+)
 
 
 def test_validate_checks_new_content_before_it_replaces_the_file(tmp_path: Path):
