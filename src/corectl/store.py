@@ -220,6 +220,18 @@ def writing(site: Site) -> Iterator[sqlite3.Connection]:
         yield conn
 
 
+def _wal(path: Path) -> Path:
+    """The writer's write-ahead log beside the store's file (its -shm index beside it too)."""
+    return path.with_name(path.name + "-wal")
+
+
+def remove(site: Site) -> None:
+    """Delete the site's store: its file, the writer's WAL and its index (a lab whose machines are gone)."""
+    path = site.history_db
+    for each in (path, _wal(path), path.with_name(path.name + "-shm")):
+        each.unlink(missing_ok=True)
+
+
 def _open_read_only(path: Path) -> sqlite3.Connection:
     """The file without writing beside it: SQLite's read-only mode creates the WAL's -shm and -wal files when no
     writer has them open and leaves them there, so the file is opened as immutable while it has no WAL (no
@@ -227,8 +239,7 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     writes to its WAL, unseen by the read; were it to end and copy its WAL into the file within the read's few
     milliseconds, the read could find the file inconsistent: a StoreUnavailable (one warning line), not a
     wrong answer, and the next read is whole."""
-    wal = path.with_name(path.name + "-wal")
-    mode = "mode=ro" if wal.exists() else "immutable=1"
+    mode = "mode=ro" if _wal(path).exists() else "immutable=1"
     return sqlite3.connect(f"{path.as_uri()}?{mode}", uri=True, isolation_level=None)
 
 

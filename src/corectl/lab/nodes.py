@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from corectl import secrets as site_secrets
+from corectl import store
 from corectl.errors import CorectlError
 from corectl.files import atomic_write
 from corectl.lab import bmc, repo
@@ -397,6 +398,4 @@ def forget_machines(site: Site) -> None:
     for kept in (site.facts_dir, site.runs_dir):
         if kept.is_dir():
             shutil.rmtree(kept)
-    store = site.history_db
-    for path in (store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
-        path.unlink(missing_ok=True)
+    store.remove(site)
