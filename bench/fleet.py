@@ -12,9 +12,10 @@ Every figure is printed beside a baseline measured in the same run (these machin
            (cluster.yml node_local: each DGX runs its own plays), and the same playbook and
            inventory run by plain ansible-playbook with Ansible's stock settings (no pipelining,
            forks 5, no fact cache); wall time, control-host CPU, the slope per added node and each
-           variant's ratio to stock. The runners' and the nodes' own CPU is not the control
-           host's and is not counted (on this machine they share its cores: wall times here are
-           those of one machine doing everything).
+           variant's ratio to stock; and the SSH floor (`ansible all -m ping` over the same hosts,
+           stock settings, best of two) with each variant's wall time as a multiple of it. The
+           runners' and the nodes' own CPU is not the control host's and is not counted (on this
+           machine they share its cores: wall times here are those of one machine doing everything).
   addnode  wall time and hosts touched by add-node beside 1 and beside 4 existing DGX.
 
 With two or more no-op sizes the report also projects each variant's controller CPU per added
@@ -183,8 +184,9 @@ retry_files_enabled = False
 """
 
 
-def stock_noop(tmp: Path) -> Sample:
-    """The site playbook through plain ansible-playbook with Ansible's stock settings."""
+def stock_run(tmp: Path, command: str, *args: str) -> Sample:
+    """An Ansible command (``ansible-playbook``, ``ansible``) over the bench site's inventory with Ansible's stock
+    settings: corectl's inventory, site settings and secrets, none of its ansible.cfg."""
     from corectl.ansible.runner import shared_inventory, ssh_extra_args
     from corectl.secrets import vault_password_client
 
@@ -194,7 +196,7 @@ def stock_noop(tmp: Path) -> Sample:
     cfg.write_text(STOCK_CFG.format(root=ROOT))
     with vault_password_client(site, private) as vault:
         argv = [
-            str(BIN / "ansible-playbook"),
+            str(BIN / command),
             "-i",
             str(shared_inventory(private, ROOT)),
             "-i",
@@ -205,19 +207,30 @@ def stock_noop(tmp: Path) -> Sample:
             f"@{site.directory / 'secrets' / 'secrets.yml'}",
             "--vault-password-file",
             str(vault),
-            str(ROOT / "playbooks" / "site.yml"),
+            *args,
         ]
         env = {
             "ANSIBLE_CONFIG": str(cfg),
             "ANSIBLE_SSH_EXTRA_ARGS": ssh_extra_args(site.known_hosts),
             "ANSIBLE_FORCE_COLOR": "0",
         }
-        sample = measure(argv, env)
+        return measure(argv, env)
+
+
+def stock_noop(tmp: Path) -> Sample:
+    """The site playbook through plain ansible-playbook with Ansible's stock settings."""
+    sample = stock_run(tmp, "ansible-playbook", str(ROOT / "playbooks" / "site.yml"))
     recap = sample.output[sample.output.rfind("PLAY RECAP") :]
     counts = [int(n) for n in re.findall(r"\bchanged=(\d+)", recap)]
     if not counts or any(counts):
         raise SystemExit(f"bench: the stock run changed something:\n{recap}")
     return sample
+
+
+def ssh_floor(tmp: Path) -> Sample:
+    """The SSH floor: ``ansible all -m ping`` over the same hosts with stock settings, best (least wall) of two.
+    A no-op can not cost less than reaching every host once; each variant's wall time is printed against it."""
+    return min((stock_run(tmp, "ansible", "all", "-m", "ansible.builtin.ping") for _ in range(2)), key=lambda s: s.wall)
 
 
 VARIANTS = ("stock", "corectl", "mitogen", "runners", "nodelocal")
@@ -280,6 +293,9 @@ def noop(tmp: Path, dgx: int) -> dict[str, Any]:
                 "node_job_s": round(sorted(nodes)[len(nodes) // 2], 1),
             }
         print(f"  {dgx} DGX  {variant:9s} {sample.wall:6.1f} s wall  {sample.cpu:6.1f} s controller CPU", flush=True)
+    floor = ssh_floor(tmp)
+    row["floor"] = {"wall_s": round(floor.wall, 2), "cpu_s": round(floor.cpu, 2)}
+    print(f"  {dgx} DGX  SSH floor {floor.wall:6.2f} s wall (ansible all -m ping, best of two)", flush=True)
     return row
 
 
@@ -399,6 +415,7 @@ def report(results: dict[str, Any]) -> str:
             cells = "".join(f"{row[v]['wall_s']:8.1f} s ({row[v]['cpu_s']:5.1f} cpu)" for v in VARIANTS)
             ratios = " ".join(f"{v} x{row[v]['cpu_s'] / row['stock']['cpu_s']:.2f}" for v in VARIANTS[1:])
             lines.append(f"  head + {row['dgx']} DGX   {cells}   {ratios}")
+        lines += floor_lines(results["noop"])
         for variant in VARIANTS if len(results["noop"]) > 1 else ():  # a slope needs two sizes
             per = slope([(row["dgx"], row[variant]["wall_s"]) for row in results["noop"]])
             lines.append(f"  {variant}: {per:.1f} s wall per added DGX")
@@ -416,6 +433,18 @@ def report(results: dict[str, Any]) -> str:
     if len(results.get("noop", [])) > 1:
         lines += ["", *projection(results["noop"])]
     return "\n".join(lines)
+
+
+def floor_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Each variant's no-op wall time as a multiple of the SSH floor measured beside it (issue 49's measure)."""
+    lines = []
+    for row in rows:
+        if "floor" not in row:  # a results file of a bench from before the floor was measured
+            continue
+        floor = row["floor"]["wall_s"]
+        ratios = "  ".join(f"{v} x{row[v]['wall_s'] / floor:.1f}" for v in VARIANTS)
+        lines.append(f"  head + {row['dgx']} DGX wall vs the SSH floor ({floor:.2f} s, ansible all -m ping): {ratios}")
+    return lines
 
 
 def duration(seconds: float) -> str:

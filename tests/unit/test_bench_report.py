@@ -25,6 +25,7 @@ def noop_rows() -> list[dict]:
     ]
     for row in rows:
         row["nodelocal"] |= {"corectl_cpu_s": 1.0 + 0.05 * row["dgx"], "services_s": 60.0, "node_job_s": 40.0}
+        row["floor"] = {"wall_s": 2.0, "cpu_s": 1.5}
     return rows
 
 
@@ -77,3 +78,15 @@ def test_the_table_goes_between_the_markers_and_nowhere_else(tmp_path: Path, mon
     doc.write_text("# no markers\n")
     assert not fleet.write_doc("NEW TABLE", [])
     assert doc.read_text() == "# no markers\n"
+
+
+def test_each_variant_is_set_against_the_ssh_floor_measured_beside_it():
+    rows = noop_rows()
+    del rows[0]["floor"]  # a results file from before the floor was measured: that size has no line
+    lines = fleet.floor_lines(rows)
+    assert len(lines) == 3
+    # head + 8 DGX: corectl's wall 10 + 2 x 3 x 8 = 58 s against a 2 s floor; stock's 10 + 2 x 5 x 8 = 90 s
+    last = lines[-1]
+    assert last.startswith("  head + 8 DGX wall vs the SSH floor (2.00 s, ansible all -m ping):")
+    assert "corectl x29.0" in last and "stock x45.0" in last
+    assert last in fleet.report({"noop": rows})
