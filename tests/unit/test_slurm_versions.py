@@ -5,12 +5,14 @@ and 13 give them (22.05.8 and 24.11.5)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
 from conftest import ROOT
 from corectl.commands.upgrade import SlurmPlan
 
+sys.path.insert(0, str(ROOT / "collections"))  # the filter's import of the systemd filter, as Ansible ships them
 PLUGIN = ROOT / "collections/ansible_collections/corectl/fleet/plugins/filter/slurm_versions.py"
 spec = importlib.util.spec_from_file_location("corectl_slurm_versions", PLUGIN)
 assert spec is not None and spec.loader is not None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.corectl.fleet.plugins.filter.systemd import systemd_show
+
 # Slurm's major releases in order (every six months from 23.11 on)
 RELEASES = ("20.02", "20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
 
@@ -132,12 +134,7 @@ def active_daemons(units: str) -> list[str]:
 
 def _units(units: str) -> dict[str, dict[str, str]]:
     """``systemctl show`` of several units: each unit's properties by its name (slurmd for slurmd.service)."""
-    found = {}
-    for block in units.replace("\r\n", "\n").strip().split("\n\n"):
-        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        if fields.get("Id"):
-            found[fields["Id"].removesuffix(".service")] = fields
-    return found
+    return {unit.removesuffix(".service"): fields for unit, fields in systemd_show(units).items()}
 
 
 def slurm_upgrade_plan(reads: list[dict], controller: str) -> dict:
