@@ -21,16 +21,20 @@ from e2e.lab import (
     FAULTS,
     HEAD,
     NET,
+    POINT,
     PORT_BASE,
     SITE,
+    UPGRADED_JOB,
     AddedNode,
     P,
     assert_provision_changes_nothing,
     corectl,
+    daemon_started,
     docker_exec,
     exec_in,
     job_fields,
     lock_holder,
+    offer,
     prometheus,
     runs,
     sbatch,
@@ -367,22 +371,6 @@ def test_a_debian_13_dgx_beside_the_debian_12_head_is_refused_by_add_node_naming
     assert docker_exec(container, "dpkg-query", "-W", "-f=${db:Status-Status}", "slurmd", check=False) != "installed"
 
 
-def offer(container: str, folder: str) -> None:
-    """The node's repositories publish updates: its apt sources get the stand-in repository's ``folder`` (one of
-    tests/standin/build_repo.py's flat repositories beside apt/), signed with the stand-in key, as the driver role
-    added the stand-in repository to the DGX."""
-    source = docker_exec(DGX1, "cat", "/etc/apt/sources.list.d/nvidia-cuda.sources")
-    key = docker_exec(DGX1, "cat", "/etc/apt/keyrings/nvidia-cuda.asc")
-    keyring = "/etc/apt/keyrings/corectl-e2e-standin.asc"
-    source = re.sub(r"(?m)^URIs: (\S+)/apt/$", rf"URIs: \1/{folder}/", source)
-    source = re.sub(r"(?m)^Signed-By: .*$", f"Signed-By: {keyring}", source)
-    path = f"/etc/apt/sources.list.d/corectl-e2e-{folder}.sources"
-    for text, target in ((key, keyring), (source, path)):
-        subprocess.run(["docker", "exec", "-i", container, "sh", "-c", f"cat > {target}"], input=text, text=True,
-                       check=True, timeout=60)  # fmt: skip
-    assert f"/{folder}/" in docker_exec(container, "cat", path)
-
-
 def installed(container: str, *packages: str) -> list[str]:
     out = docker_exec(container, "dpkg-query", "-W", "-f", "${Package}=${Version}\n", *packages, check=False)
     return sorted(out.split())
@@ -450,20 +438,6 @@ def test_upgrade_os_reboots_idle_nodes_first_waits_for_jobs_and_never_boots_a_ke
         docker_exec(DGX2, "apt-get", "update", "-q")
         docker_exec(DGX2, "apt-get", "install", "-y", "-q", "--allow-downgrades", f"{kernel}=2.0")
         docker_exec(DGX2, "apt-get", "purge", "-y", "-q", "linux-image-99.0.3-corectl-standin")
-
-
-# A job that runs until the controller hears its node's slurmd on the stand-in point release, then ends: it proves
-# that slurmd was restarted under it and that it survived, without guessing durations (at most 15 minutes).
-UPGRADED_JOB = (
-    'for i in $(seq 900); do scontrol show node -o "$SLURMD_NODENAME" | grep -qw "Version={version}" && exit 0; '
-    "sleep 1; done; exit 1"
-)
-POINT = "22.05.9"  # tests/standin/upstream/slurm-point-release.py: Debian 12's 22.05.8, one point on
-
-
-def daemon_started(container: str, unit: str) -> int:
-    """When the daemon's running process started, on the kernel's monotonic clock (one for every container)."""
-    return int(docker_exec(container, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", unit))
 
 
 def slurm_reports() -> dict[str, str]:
