@@ -287,6 +287,18 @@ def job_on_the_backup(name: str, node: str, limit_s: int) -> str:
     return wait_for(lambda: docker_exec(HEAD2, *job, check=False), lambda out: out.strip() == node, 180)
 
 
+def state_saved_with(job: str) -> None:
+    """Once slurmctld's saved state on CephFS holds ``job`` as it is now. slurmctld writes its state a few seconds
+    after a change (at most one save per 5 s: SAVE_MAX_WAIT in Slurm's state_save.c), so a head killed right after a
+    job started can leave a saved state from before the start, and the controller that loads it next loses the
+    start (the job came back PENDING after the restore in session 46's CI). A change to the job now schedules a
+    save; the state file written after that change holds the start, which came before it."""
+    changed = time.time()  # (the containers' clock: one kernel)
+    docker_exec(HEAD, "scontrol", "update", f"JobId={job}", f"Comment=state-saved-after-{changed:.0f}")
+    mtime = "import os; print(os.stat('/shared/slurm/state/job_state').st_mtime)"
+    wait_for(lambda: float(docker_exec(HEAD, "python3", "-c", mtime)), lambda saved: saved > changed, 60)
+
+
 @pytest.mark.second_lab
 def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab: Path):
     """Issue 34: a second head stand-in is declared as slurm.backup_controller with slurmctld's state on CephFS; the
@@ -331,6 +343,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     # controller_timeout_s and CephFS has released the dead head's session (its caps on the saved state)
     running = sbatch(f"--nodelist={P}dgx02", "--time=10", "--wrap", "sleep 45")
     wait_for(lambda: job_state(running), lambda state: state.startswith("RUNNING"), 60)
+    state_saved_with(running)
     killed = time.monotonic()
     subprocess.run(["docker", "kill", HEAD], capture_output=True, check=True)
     try:
@@ -372,6 +385,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     [backup] = json.loads(corectl("backup", *args, "--json").stdout)
     through = sbatch(f"--nodelist={P}dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
     wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
+    state_saved_with(through)
     held = replaced_head_provisioned(lab)
     # (the summary's one line per failed host; the live progress showed it as it happened)
     [said_why] = [line for line in held.stdout.splitlines() if line.startswith(f"failed {P}head01: ")]
