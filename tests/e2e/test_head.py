@@ -287,6 +287,15 @@ def job_on_the_backup(name: str, node: str, limit_s: int) -> str:
     return wait_for(lambda: docker_exec(HEAD2, *job, check=False), lambda out: out.strip() == node, 180)
 
 
+def job_logged(job: str) -> str:
+    """What each controller's slurmctld.log says of ``job`` (for a failed assertion's message)."""
+    lines = [f"JobId={job} in slurmctld.log:"]
+    for container in (HEAD, HEAD2):
+        said = docker_exec(container, "grep", "-a", f"JobId={job}", "/var/log/slurm/slurmctld.log", check=False)
+        lines += [f"{container}: {line}" for line in said.splitlines()[-15:]]
+    return "\n".join(lines)
+
+
 def state_saved_with(job: str) -> None:
     """Once slurmctld's saved state on CephFS holds ``job`` as it is now. slurmctld writes its state a few seconds
     after a change (at most one save per 5 s: SAVE_MAX_WAIT in Slurm's state_save.c), so a head killed right after a
@@ -409,7 +418,8 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     assert record["hosts"][f"{P}head02"]["changed"] == 2, record["hosts"]  # its slurmctld stopped, then started
     said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
     assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
-    assert job_state(through).startswith("RUNNING")  # the kept state: the job goes on
+    # the kept state: the job goes on (failing: what both controllers logged of it)
+    assert job_state(through).startswith("RUNNING"), job_logged(through)
     # every record up to the backup, and what head02 ran meanwhile (queued in the saved state, sent once slurmdbd
     # answered)
     assert f"{running}|COMPLETED" in docker_exec(HEAD, "sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", running)
