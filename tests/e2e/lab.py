@@ -223,6 +223,13 @@ def job_fields(job: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=((?:(?! \w+=).)*)", line))
 
 
+def job_end(job: str) -> tuple[str, str, int]:
+    """(state, exit code, end time; 0 while it runs) of a job, from Slurm's accounting."""
+    sacct = docker_exec(HEAD, "sh", "-c", f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o State,ExitCode,End")
+    state, exit_code, end = sacct.strip().split("|")
+    return state, exit_code, int(end) if end.isdigit() else 0
+
+
 def job_state(job: str) -> str:
     """'STATE REASON' of a job in the queue ("" once it left)."""
     return docker_exec(HEAD, "squeue", "--noheader", "--job", job, "--format", "%T %r", check=False).strip()

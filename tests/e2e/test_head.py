@@ -29,6 +29,7 @@ from e2e.lab import (
     docker_exec,
     exec_in,
     flip_byte,
+    job_end,
     job_state,
     last_run_changes,
     offer,
@@ -275,6 +276,13 @@ def controllers_said(container: str) -> str:
     return docker_exec(container, "scontrol", "ping", check=False)
 
 
+def both_controllers_answer() -> None:
+    """Once e2e-head02's `scontrol ping` finds both controllers up (within a minute): head01 the primary, head02 the
+    backup."""
+    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
+    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+
+
 def job_on_the_backup(name: str, node: str, limit_s: int) -> str:
     """Once e2e-head02 reports the head DOWN and itself UP (within ``limit_s``), a job ``name`` run through it as
     alice on ``node`` (the backup answers ping in standby too: a job is what shows it in charge); the job's output."""
@@ -341,8 +349,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     assert job_state(through).startswith("RUNNING")  # the move of the saved state kept the queue
     assert docker_exec(HEAD2, "test", "-s", "/shared/slurm/state/job_state", check=False) == ""
     assert "RequiresMountsFor=/shared/slurm/state" in docker_exec(HEAD, "systemctl", "cat", "slurmctld")
-    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
-    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+    both_controllers_answer()
     options = docker_exec(DGX1, "cat", "/etc/default/slurmd")
     assert f'--conf-server {P}head01,{P}head02"' in options, options
     corectl("provision", *args)
@@ -416,8 +423,7 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     record = runs(lab)[-1]
     assert record["command"].startswith("restore") and record["status"] == "successful", restored
     assert record["hosts"][f"{P}head02"]["changed"] == 2, record["hosts"]  # its slurmctld stopped, then started
-    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
-    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+    both_controllers_answer()
     # the kept state: the job goes on (failing: what both controllers logged of it)
     assert job_state(through).startswith("RUNNING"), job_logged(through)
     # every record up to the backup, and what head02 ran meanwhile (queued in the saved state, sent once slurmdbd
@@ -451,9 +457,6 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     for container in (HEAD, HEAD2):  # the executable each runs (started after it was installed: the order above)
         assert docker_exec(container, "slurmctld", "-V").split()[-1] == POINT, container  # ("slurm-wlm 22.05.9")
     assert re.search(rf"SLURM_VERSION\s*=\s*{re.escape(POINT)}\n", docker_exec(HEAD, "scontrol", "show", "config"))
-    said = wait_for(lambda: controllers_said(HEAD2), lambda s: s.count("is UP") == 2, 60)
-    assert f"Slurmctld(primary) at {P}head01 is UP" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
-    sacct = ("sacct", "-X", "-n", "-P", "-o", "State,ExitCode", "-j", job)
-    ended = wait_for(lambda: docker_exec(HEAD, *sacct, check=False).strip(), lambda s: s.count("|") == 1
-                     and not s.startswith(("RUNNING", "PENDING")), 300)  # fmt: skip
-    assert ended == "COMPLETED|0:0", ended
+    both_controllers_answer()
+    state, exit_code, _end = wait_for(lambda: job_end(job), lambda j: j[0] not in ("RUNNING", "PENDING"), 300)
+    assert (state, exit_code) == ("COMPLETED", "0:0")

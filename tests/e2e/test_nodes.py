@@ -32,6 +32,7 @@ from e2e.lab import (
     daemon_started,
     docker_exec,
     exec_in,
+    job_end,
     job_fields,
     lock_holder,
     offer,
@@ -66,13 +67,6 @@ def submit_gated_job(node: str, *, user: str = "alice", then: str = "") -> str:
                      lambda s: s == "RUNNING", 60)  # fmt: skip
     assert state == "RUNNING", state
     return job
-
-
-def job_end(job: str) -> tuple[str, str, int]:
-    """(state, exit code, end time; 0 while it runs) of a job, from Slurm's accounting."""
-    sacct = docker_exec(HEAD, "sh", "-c", f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o State,ExitCode,End")
-    state, exit_code, end = sacct.strip().split("|")
-    return state, exit_code, int(end) if end.isdigit() else 0
 
 
 def driver_versions(container: str) -> list[str]:
