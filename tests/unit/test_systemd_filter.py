@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
 from conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "collections"))  # the filter's import of module_utils, as Ansible ships them
 PLUGIN = ROOT / "collections/ansible_collections/corectl/fleet/plugins/filter/systemd.py"
 spec = importlib.util.spec_from_file_location("corectl_systemd_filter", PLUGIN)
 assert spec and spec.loader

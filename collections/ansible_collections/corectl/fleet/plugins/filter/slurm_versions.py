@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.corectl.fleet.plugins.filter.systemd import systemd_show
+from ansible_collections.corectl.fleet.plugins.module_utils.systemd_units import systemd_show
 
 # Slurm's major releases in order (every six months from 23.11 on)
 RELEASES = ("20.02", "20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")

@@ -17,15 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-
-def systemd_show(output: str) -> dict[str, dict[str, str]]:
-    """``systemctl show`` of several units: each unit's properties by its Id."""
-    found = {}
-    for block in output.replace("\r\n", "\n").strip().split("\n\n"):
-        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        if fields.get("Id"):
-            found[fields["Id"]] = fields
-    return found
+from ansible_collections.corectl.fleet.plugins.module_utils.systemd_units import RUNNING_STATES, systemd_show
 
 
 def _flag(value: Any) -> bool:
@@ -44,7 +36,7 @@ def systemd_units_to_act(output: str, wanted: Sequence[Mapping[str, Any]]) -> di
             raise ValueError(f"systemd_units_to_act: systemctl show said nothing of {name}")
         fields = units[name]
         enabled = fields.get("UnitFileState") == "enabled"
-        active = fields.get("ActiveState") in ("active", "activating", "reloading")
+        active = fields.get("ActiveState") in RUNNING_STATES
         changed = _flag(entry.get("changed", False))
         if _flag(entry.get("run", True)):
             if changed or not enabled or not active:
