@@ -3,17 +3,14 @@ enabled and running, which lets a converged node skip every role's install and s
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 sys.path.insert(0, str(ROOT / "collections"))  # the module's import of module_utils, as Ansible ships them
-MODULE = ROOT / "collections/ansible_collections/corectl/fleet/plugins/modules/host_state.py"
-spec = importlib.util.spec_from_file_location("corectl_host_state", MODULE)
-assert spec is not None and spec.loader is not None
-host_state = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(host_state)
+host_state = load_script(
+    "corectl_host_state", ROOT / "collections/ansible_collections/corectl/fleet/plugins/modules/host_state.py"
+)
 
 # `systemctl show -p Id -p UnitFileState -p ActiveState '*.service' '*.timer'` on a Debian 12 stand-in node (systemd
 # 252), cut to the kinds it answers with: only loaded units, properties in systemd's order, a blank line between
