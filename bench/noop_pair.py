@@ -39,7 +39,9 @@ def noop(tree: Path, site: Path) -> tuple[Sample, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="A no-op provision before and after a change, paired on one converged lab.")
+    parser = argparse.ArgumentParser(
+        description="A no-op provision before and after a change, paired on one converged lab."
+    )
     parser.add_argument("old", help="the older commit (any git revision)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--site", type=Path, default=ROOT / "build" / "bench" / "benchlab")

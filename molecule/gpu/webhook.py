@@ -9,7 +9,7 @@ PORT, LOG = int(sys.argv[1]), sys.argv[2]
 
 
 class Hook(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:  # http.server calls it by this name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with open(LOG, "a", encoding="utf-8") as out:
             out.write(json.dumps(body) + "\n")
