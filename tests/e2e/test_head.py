@@ -15,18 +15,24 @@ import yaml
 
 from e2e.lab import (
     DGX1,
+    DGX2,
     HEAD,
     NET,
+    POINT,
     PORT_BASE,
     SITE,
+    UPGRADED_JOB,
     P,
     changes_shown,
     corectl,
+    daemon_started,
     docker_exec,
     exec_in,
     flip_byte,
+    job_end,
     job_state,
     last_run_changes,
+    offer,
     prometheus,
     runs,
     sbatch,
@@ -433,3 +439,24 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
     assert after.strip() == f"{P}dgx02"
     assert docker_exec(HEAD, "systemctl", "is-active", "corectl-backup.timer").strip() == "active"  # unpaused
     docker_exec(HEAD, "scancel", through)
+
+    # Issue 48 item 2 on a site with a backup controller: corectl upgrade slurm with a job running. The backup's
+    # slurmctld is restarted first and answers (standing by) before the primary's restart; both run the stand-in
+    # point release, the job that waits for its node's slurmd on it completes, and both controllers answer.
+    for node in (HEAD, HEAD2, DGX1, DGX2):
+        offer(node, "apt-slurm")
+    controllers = ((HEAD2, "slurmctld"), (HEAD, "slurmctld"))
+    before = {c: daemon_started(*c) for c in controllers}
+    job = sbatch(f"--nodelist={P}dgx01", "--time=20", "--wrap", UPGRADED_JOB.format(version=POINT))
+    wait_for(lambda: job_state(job), lambda state: state.startswith("RUNNING"), 120)
+    done = corectl("upgrade", "slurm", *args, "--batch", "2")
+    planned = rf"-> {POINT}-\S+: slurmdbd on {P}head01, slurmctld on {P}head\[01-02\], slurmd on {P}dgx\[01-02\]"
+    assert re.search(planned, done.stdout), done.stdout
+    after = {c: daemon_started(*c) for c in controllers}
+    assert before[(HEAD2, "slurmctld")] < after[(HEAD2, "slurmctld")] < after[(HEAD, "slurmctld")], (before, after)
+    for container in (HEAD, HEAD2):  # the executable each runs (started after it was installed: the order above)
+        assert docker_exec(container, "slurmctld", "-V").split()[-1] == POINT, container  # ("slurm-wlm 22.05.9")
+    assert re.search(rf"SLURM_VERSION\s*=\s*{re.escape(POINT)}\n", docker_exec(HEAD, "scontrol", "show", "config"))
+    both_controllers_answer()
+    state, exit_code, _end = wait_for(lambda: job_end(job), lambda j: j[0] not in ("RUNNING", "PENDING"), 300)
+    assert (state, exit_code) == ("COMPLETED", "0:0")
