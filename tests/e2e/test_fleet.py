@@ -262,7 +262,8 @@ def test_runners_fan_a_provision_out_and_a_shard_fails_alone(lab: Path):
         corectl("render", *args)
 
 
-NODE_LOCAL = "node_local:\n  mode: 'on'\n  parallel: 4\n"
+# each DGX's job followed by a corectl process of its own (issue 49 item 1), whatever this machine's cores
+NODE_LOCAL = "node_local:\n  mode: 'on'\n  parallel: 4\n  processes: 2\n"
 
 
 def disk_holds(container: str, needles: dict[str, bytes]) -> list[str]:

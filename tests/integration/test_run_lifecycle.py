@@ -60,8 +60,13 @@ def _section(kind: str, tmp: Path) -> str:
             f"control:\n  runners:\n    - {{name: r1, host: 127.0.0.1}}\n    - {{name: r2, host: 127.0.0.2}}\n"
             f"  runner_dir: {tmp / 'runner'}\n  worker_dir: {tmp / 'jobs'}\n"
         )
-    if kind == "node-local":  # one node at a time: here every node's job_dir is this machine's one directory
+    if kind == "node-local":  # one node at a time, in this process
         return f"node_local:\n  mode: on\n  parallel: 1\n  install_dir: {tmp / 'runner'}\n  job_dir: {tmp / 'jobs'}\n"
+    if kind == "node-local-processes":  # each node followed by a process of its own (their jobs: one at a time, _here)
+        return (
+            f"node_local:\n  mode: on\n  parallel: 2\n  processes: 2\n"
+            f"  install_dir: {tmp / 'runner'}\n  job_dir: {tmp / 'jobs'}\n"
+        )
     return ""
 
 
@@ -78,9 +83,16 @@ def _site(tmp_path: Path, kind: str) -> Site:
     return site
 
 
-def _here(_site: Site, _host: Any, _key: Any, command: str, _jump: str | None = None) -> list[str]:
-    """A runner's or node's remote command, on this machine instead of through SSH."""
-    return ["sh", "-c", command]
+def _here(site: Site, host: Any, _key: Any, command: str, _jump: str | None = None) -> list[str]:
+    """A runner's or node's remote command, on this machine instead of through SSH. A node-local job has the same
+    directory on every node: here, where every node is this machine, one job at a time runs (flock), whichever
+    corectl process started it. Which process started each host's job is noted in STARTED_BY."""
+    with (site.directory / STARTED_BY).open("a") as noted:
+        noted.write(f"{host.name} {os.getpid()}\n")
+    return ["flock", str(site.directory / "one-job-at-a-time"), "sh", "-c", command]
+
+
+STARTED_BY = "started-by"
 
 
 def _run(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple[RunResult, dict[str, Any], Site]:
@@ -111,7 +123,7 @@ def from_here(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, dict
     return result, record
 
 
-@pytest.mark.parametrize(("kind", "parts"), [("fanned", 2), ("node-local", 3)])
+@pytest.mark.parametrize(("kind", "parts"), [("fanned", 2), ("node-local", 3), ("node-local-processes", 3)])
 def test_every_way_of_running_ends_in_the_same_record(
     from_here: tuple[RunResult, dict[str, Any]], kind: str, parts: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -125,5 +137,12 @@ def test_every_way_of_running_ends_in_the_same_record(
     assert len(record["shards"]) == parts and all(s["status"] == "successful" for s in record["shards"])
     assert sorted(h for s in record["shards"] for h in s["hosts"]) == sorted(LIMIT.split(","))
     assert (result.artifact_dir / "shards").is_dir() and result.artifact_dir.parent == site.runs_dir
+    # the node-local jobs were started by this process, or each by a process of its own
+    started_by = dict(line.split() for line in (site.directory / STARTED_BY).read_text().splitlines())
+    nodes = {started_by.get(n) for n in ("dgx01", "dgx02")}
+    if kind == "node-local":
+        assert nodes == {str(os.getpid())}
+    elif kind == "node-local-processes":
+        assert len(nodes) == 2 and str(os.getpid()) not in nodes, started_by
     # no job is left behind on the "runners" or "nodes"
     assert list((tmp_path / kind / "jobs").iterdir()) == [], shlex.join(map(str, (tmp_path / kind).iterdir()))

@@ -95,3 +95,18 @@ def test_a_nodes_own_run_is_under_mitogen_when_this_hosts_is(
         common = nodelocal._common(run, None, "", tmp_path / accelerator)
         assert common.kwargs["envvars"].get("ANSIBLE_STRATEGY") == strategy
         assert common.kwargs["extravars"]["ansible_connection"] == "local"
+
+
+def test_the_node_jobs_are_followed_by_a_process_per_core_at_most_one_per_node_or_job_at_once(
+    prod_copy: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    site = _site(prod_copy, root, "node_local:\n  mode: auto\n")
+    settings = render_site(site, check_only=False)[0].config.node_local
+    assert settings.processes is None and settings.parallel == 32
+    assert [nodelocal.processes(settings, n) for n in (1, 2, 12, 1000)] == [1, 2, 12, 16]
+    assert nodelocal.processes(settings.model_copy(update={"parallel": 4}), 1000) == 4
+    assert nodelocal.processes(settings.model_copy(update={"processes": 3}), 1000) == 3
+    (prod_copy / "cluster.yml").write_text((prod_copy / "cluster.yml").read_text() + "  processes: 0\n")
+    result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
+    assert result.exit_code == 2 and "node_local.processes" in result.output, result.output

@@ -248,6 +248,34 @@ class Tally:
             self.messages[host] = f"{data.get('task', '')}: {detail}"[:MESSAGE_LIMIT]
 
 
+# What of an event a run's Tally, a Returned and the live display read: the task result's host and task, the play's
+# name, whether a failure was ignored, and of the result itself whether it changed something and, for a failure or
+# a warning, what was said. A playbook's totals (playbook_on_stats) are kept whole.
+_DATA_READ = ("host", "task", "name", "play", "ignore_errors")
+_RES_READ = ("msg", "stderr", "rc", "warnings")
+
+
+def slim(event: dict[str, Any]) -> dict[str, Any]:
+    """What of ``event`` the run's tally and display read (see above), for an event that crosses from one process
+    to another (corectl.ansible.remote.followers): a task result's module output can be a node's whole facts, and the
+    whole event is kept in its job's events file anyway. The same Tally, Returned and live display result from
+    either."""
+    data = event.get("event_data") or {}
+    kind = event.get("event")
+    kept = dict(data) if kind == "playbook_on_stats" else {k: data[k] for k in _DATA_READ if k in data}
+    res = data.get("res")
+    if isinstance(res, dict) and kind != "playbook_on_stats":
+        said = outcome(event) in (*FAILURES, "ignored") or res.get("warnings")
+        kept["res"] = {"changed": reported_change(event)}
+        if said:
+            kept["res"].update({k: res[k] for k in _RES_READ if k in res})
+    small: dict[str, Any] = {k: event[k] for k in ("event", SHARD_KEY) if k in event}
+    small["event_data"] = kept
+    if "stdout" in event and verbosity() > 0:  # Ansible's own output, printed as it comes (corectl -v)
+        small["stdout"] = event["stdout"]
+    return small
+
+
 class Returned:
     """What a playbook hands back to corectl under ``key``: the one way data comes back from a run.
 

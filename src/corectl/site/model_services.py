@@ -203,6 +203,13 @@ class NodeLocal(Strict):
     )
     auto_from: int = Field(64, ge=1, le=1_000_000, description="compute nodes from which auto turns node-local on")
     parallel: int = Field(32, ge=1, le=4096, description="node jobs running at once")
+    processes: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="corectl processes that follow the node jobs' streams, each its share of the nodes (default: "
+        "the control host's cores)",
+    )
     install_dir: AbsPath = Field(
         "/var/lib/corectl-local", description="where each node keeps its private ansible-core and ansible-runner"
     )

@@ -26,6 +26,7 @@ dies mid-run fails alone (unreachable, with the reason) and the usual retry line
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 import threading
 import time
@@ -36,9 +37,9 @@ from subprocess import Popen
 from typing import Any
 
 from corectl.ansible import lifecycle
-from corectl.ansible.events import EventSink, Returned, RunRequest, RunResult, ShardOutcome
+from corectl.ansible.events import EventSink, Returned, RunRequest, RunResult, ShardOutcome, slim
 from corectl.ansible.lifecycle import Ended, Live
-from corectl.ansible.remote import runnerhost
+from corectl.ansible.remote import followers, runnerhost
 from corectl.ansible.remote.fanout import runner_accelerator, targets
 from corectl.ansible.remote.jobpack import NodeJob, RunnerSide, Streamed, host_vars, pack, run_streamed, zip_message
 from corectl.ansible.remote.shards import SERVICE_ROLES
@@ -193,8 +194,48 @@ def _node(run: _Run, node: Node) -> tuple[ShardOutcome, bool]:
 
 
 def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]:
-    """Every node's job, ``parallel`` at a time; Ctrl-C stops them all and removes their directories."""
-    with ThreadPoolExecutor(max_workers=run.settings.parallel, thread_name_prefix="node-local") as pool:
+    """Every node's job, ``parallel`` at a time, followed by ``processes`` processes (followers); Ctrl-C stops them
+    all and removes their directories. Each node's shard and whether it must run from here instead."""
+    count = processes(run.settings, len(nodes))
+    if count == 1:
+        return _summed(nodes, _in_threads(run, nodes, run.settings.parallel))
+    each = -(-run.settings.parallel // count)  # the node jobs at once, over all the groups: ``parallel``
+
+    def work(group: list[Node], send: followers.Send) -> list[tuple[ShardOutcome, bool]]:
+        live = run.live
+        # this group's run: its events slimmed and sent back to the run's process, which tallies and shows them
+        mine = Live(live.request, live.ident, live.run_dir, live.cancel, sink=lambda event: send(slim(event)))
+        return _in_threads(replace(run, live=mine, active={}, guard=threading.Lock()), group, each)
+
+    def deliver(events: list[dict[str, Any]]) -> None:
+        for event in events:
+            run.live(event)
+
+    groups = followers.split(nodes, count)
+    ended = followers.run_groups(groups, work, deliver, run.cancel, run.live.cancel.requested.set)
+    by_name: dict[str, tuple[ShardOutcome, bool]] = {}
+    for group, results in zip(groups, ended, strict=True):
+        if isinstance(results, str):  # its process died: every node of its group failed, with why
+            lost = _not_started([n.name for n in group], f"corectl's process for it: {results}", "error")
+            by_name.update({outcome.name: (outcome, False) for outcome in lost})
+        else:
+            by_name.update({outcome.name: (outcome, back) for outcome, back in results})
+    return _summed(nodes, [by_name[node.name] for node in nodes])
+
+
+def processes(settings: NodeLocal, nodes: int) -> int:
+    """How many processes follow ``nodes`` node jobs: node_local.processes (default: this host's cores), no more
+    than there are nodes or jobs at once."""
+    return max(1, min(settings.processes or os.cpu_count() or 1, nodes, settings.parallel))
+
+
+def _summed(nodes: list[Node], results: list[tuple[ShardOutcome, bool]]) -> tuple[list[ShardOutcome], list[str]]:
+    return [o for o, _ in results], [o.name for o, back in results if back]
+
+
+def _in_threads(run: _Run, nodes: list[Node], parallel: int) -> list[tuple[ShardOutcome, bool]]:
+    """``nodes``' jobs, ``parallel`` at a time in this process; Ctrl-C stops them all and removes their directories."""
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="node-local") as pool:
         futures = [pool.submit(_node, run, node) for node in nodes]
         stopped: set[str] = set()
         while not all(f.done() for f in futures):
@@ -211,7 +252,7 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
                 results.append(future.result())
             except (OSError, CorectlError) as exc:  # packing or starting the job here failed
                 results.append((_not_started([node.name], str(exc), "error")[0], False))
-    return [o for o, _ in results], [o.name for o, back in results if back]
+    return results
 
 
 def _here(run: _Run, name: str, hosts: list[str]) -> ShardOutcome:
