@@ -477,8 +477,8 @@ def projection(rows: list[dict[str, Any]]) -> list[str]:
 def node_local_wall(rows: list[dict[str, Any]]) -> list[str]:
     """A node-local no-op's wall time from one control host: the service nodes' plays, then the node jobs
     ``parallel`` at a time (32, the default, and every node at once), unless the control host's CPU is slower:
-    corectl's own process (one core: its threads share Python's lock) or all of its work over PROJECT_CORES
-    cores."""
+    corectl's own process (one core: its threads share Python's lock; the processes that follow the node jobs,
+    node_local.processes, are its children and count in the rest) or all of its work over PROJECT_CORES cores."""
     last = rows[-1]["nodelocal"]
     if last.get("corectl_cpu_s") is None:
         return []
