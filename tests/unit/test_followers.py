@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from corectl.ansible.events import RECORD_KEY, Returned, Tally, slim
+from corectl.ansible.events import RECORD_KEY, EventSink, Returned, Tally, slim
 from corectl.ansible.remote import followers
 from corectl.progress import LiveProgress
 
@@ -84,7 +84,7 @@ def test_items_are_dealt_round_robin_into_groups_none_empty():
 
 
 def test_each_group_runs_in_its_own_process_its_events_delivered_here_and_its_results_in_order():
-    def work(group: list[int], send: followers.Send) -> list[tuple[int, int]]:
+    def work(group: list[int], send: EventSink) -> list[tuple[int, int]]:
         for item in group:
             send({"event": "runner_on_ok", "item": item, "pid": os.getpid()})
         return [(item, os.getpid()) for item in group]
@@ -99,7 +99,7 @@ def test_each_group_runs_in_its_own_process_its_events_delivered_here_and_its_re
 
 
 def test_a_group_whose_process_dies_fails_alone_with_why():
-    def work(group: list[int], send: followers.Send) -> list[int]:
+    def work(group: list[int], send: EventSink) -> list[int]:
         if 2 in group:
             os._exit(7)  # (as a kill would: no result, no clean-up)
         return group
@@ -112,7 +112,7 @@ def test_cancel_here_stops_every_groups_work_there():
     stopped = threading.Event()  # (each process has its own copy: set there by "stop")
     asked = threading.Event()
 
-    def work(group: list[int], send: followers.Send) -> list[str]:
+    def work(group: list[int], send: EventSink) -> list[str]:
         send({"event": "runner_on_start", "item": group[0]})
         return ["stopped" if stopped.wait(60) else "not stopped"]
 

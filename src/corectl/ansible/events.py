@@ -261,14 +261,17 @@ def slim(event: dict[str, Any]) -> dict[str, Any]:
     whole event is kept in its job's events file anyway. The same Tally, Returned and live display result from
     either."""
     data = event.get("event_data") or {}
-    kind = event.get("event")
-    kept = dict(data) if kind == "playbook_on_stats" else {k: data[k] for k in _DATA_READ if k in data}
-    res = data.get("res")
-    if isinstance(res, dict) and kind != "playbook_on_stats":
-        said = outcome(event) in (*FAILURES, "ignored") or res.get("warnings")
-        kept["res"] = {"changed": reported_change(event)}
-        if said:
-            kept["res"].update({k: res[k] for k in _RES_READ if k in res})
+    if event.get("event") == "playbook_on_stats":
+        kept = dict(data)
+    else:
+        kept = {k: data[k] for k in _DATA_READ if k in data}
+        res = data.get("res")
+        if isinstance(res, dict):
+            said = outcome(event) in (*FAILURES, "ignored") or res.get("warnings")
+            kept["res"] = {
+                "changed": reported_change(event),
+                **({k: res[k] for k in _RES_READ if k in res} if said else {}),
+            }
     small: dict[str, Any] = {k: event[k] for k in ("event", SHARD_KEY) if k in event}
     small["event_data"] = kept
     if "stdout" in event and verbosity() > 0:  # Ansible's own output, printed as it comes (corectl -v)

@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
+from corectl.ansible.events import EventSink
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-Event = dict[str, Any]
-Send = Callable[[Event], None]
 # a group's work in its own process: its items, where its events go (sent back in batches); a result per item
-Work = Callable[[list[Item], Send], list[Result]]
+Work = Callable[[list[Item], EventSink], list[Result]]
 
 FLUSH_S = 0.1  # how long a group's events wait before they are sent back together (the display redraws at 0.25 s)
 STOP = "stop"
@@ -44,7 +44,7 @@ def split(items: Sequence[Item], count: int) -> list[list[Item]]:
 def run_groups(
     groups: list[list[Item]],
     work: Work[Item, Result],
-    deliver: Callable[[list[Event]], None],
+    deliver: Callable[[list[dict[str, Any]]], None],
     canceled: Callable[[], bool],
     stop: Callable[[], None],
 ) -> list[list[Result] | str]:
@@ -93,11 +93,11 @@ def _child(work: Work[Item, Result], group: list[Item], conn: Connection, stop: 
     """A group's process: ``work`` with its events sent back every FLUSH_S, its results (or why none) last."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    batch: list[Event] = []
-    guard, sending, done = threading.Lock(), threading.Lock(), threading.Event()
+    batch: list[dict[str, Any]] = []
+    guard, done = threading.Lock(), threading.Event()
 
-    def send(message: tuple[str, Any]) -> None:
-        with sending, contextlib.suppress(OSError):
+    def send(message: tuple[str, Any]) -> None:  # (the flusher's thread, then, once it has ended, this one)
+        with contextlib.suppress(OSError):
             conn.send(message)
 
     def flush() -> None:
@@ -107,7 +107,7 @@ def _child(work: Work[Item, Result], group: list[Item], conn: Connection, stop: 
         if events:
             send(("events", events))
 
-    def add(event: Event) -> None:
+    def add(event: dict[str, Any]) -> None:
         with guard:
             batch.append(event)
 

@@ -198,14 +198,14 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
     all and removes their directories. Each node's shard and whether it must run from here instead."""
     count = processes(run.settings, len(nodes))
     if count == 1:
-        return _summed(nodes, _in_threads(run, nodes, run.settings.parallel))
+        return _summed(_in_threads(run, nodes, run.settings.parallel))
     each = -(-run.settings.parallel // count)  # the node jobs at once, over all the groups: ``parallel``
 
-    def work(group: list[Node], send: followers.Send) -> list[tuple[ShardOutcome, bool]]:
+    def work(group: list[Node], send: EventSink) -> list[tuple[ShardOutcome, bool]]:
         live = run.live
         # this group's run: its events slimmed and sent back to the run's process, which tallies and shows them
         mine = Live(live.request, live.ident, live.run_dir, live.cancel, sink=lambda event: send(slim(event)))
-        return _in_threads(replace(run, live=mine, active={}, guard=threading.Lock()), group, each)
+        return _in_threads(replace(run, live=mine), group, each)  # (its own copy of the run: forked)
 
     def deliver(events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -220,7 +220,7 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
             by_name.update({outcome.name: (outcome, False) for outcome in lost})
         else:
             by_name.update({outcome.name: (outcome, back) for outcome, back in results})
-    return _summed(nodes, [by_name[node.name] for node in nodes])
+    return _summed([by_name[node.name] for node in nodes])
 
 
 def processes(settings: NodeLocal, nodes: int) -> int:
@@ -229,7 +229,7 @@ def processes(settings: NodeLocal, nodes: int) -> int:
     return max(1, min(settings.processes or os.cpu_count() or 1, nodes, settings.parallel))
 
 
-def _summed(nodes: list[Node], results: list[tuple[ShardOutcome, bool]]) -> tuple[list[ShardOutcome], list[str]]:
+def _summed(results: list[tuple[ShardOutcome, bool]]) -> tuple[list[ShardOutcome], list[str]]:
     return [o for o, _ in results], [o.name for o, back in results if back]
 
 
