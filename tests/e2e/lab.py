@@ -121,10 +121,18 @@ def exec_in(container: str, *argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(command, 124, "", f"docker exec: no answer in {EXEC_LIMIT_S} s")
 
 
+class ExecFailed(subprocess.CalledProcessError):
+    """A docker exec that failed, its stderr on the first line of its message (the line CI's summary shows)."""
+
+    def __str__(self) -> str:
+        said = " ".join(str(self.stderr or "").split())[-600:]
+        return f"{super().__str__()} stderr: {said!r}"
+
+
 def docker_exec(container: str, *argv: str, check: bool = True) -> str:
     done = exec_in(container, *argv)
     if check and done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+        raise ExecFailed(done.returncode, done.args, done.stdout, done.stderr)
     return done.stdout
 
 

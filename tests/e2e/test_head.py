@@ -369,7 +369,10 @@ def test_the_backup_controller_takes_over_from_a_killed_head_and_hands_back(lab:
             "ssh": {"host": "127.0.0.1", "port": PORT_BASE + 40},
         }
     )
-    config["slurm"].update(backup_controller=f"{P}head02", state_dir="/shared/slurm/state", controller_timeout_s=10)
+    # (SlurmctldTimeout 30 s, not the default 120, so the failover is quick. It was 10 s: then a head that does not
+    # answer head02's ping for 10 s on the loaded CI machine (and whose heartbeat on CephFS is as old) is taken over
+    # while alive, the likely cause of two CI failures of a job or submission right after the head was back)
+    config["slurm"].update(backup_controller=f"{P}head02", state_dir="/shared/slurm/state", controller_timeout_s=30)
     cluster_yml.write_text(yaml.safe_dump(config, sort_keys=False))
     through = sbatch(f"--nodelist={P}dgx01", "--time=30", "--wrap", "sleep 1500")  # (cancelled at the end)
     wait_for(lambda: job_state(through), lambda state: state.startswith("RUNNING"), 60)
