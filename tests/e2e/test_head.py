@@ -286,12 +286,12 @@ def both_controllers_answer() -> None:
 def job_on_the_backup(name: str, node: str, limit_s: int) -> str:
     """Once e2e-head02 reports the head DOWN and itself UP (within ``limit_s``), a job ``name`` run through it as
     alice on ``node`` (the backup answers ping in standby too: a job is what shows it in charge); the job's output."""
-    said = wait_for(
-        lambda: controllers_said(HEAD2),
-        lambda s: f"at {P}head01 is DOWN" in s and f"Slurmctld(backup) at {P}head02 is UP" in s,
-        limit_s,
-    )
-    assert f"at {P}head01 is DOWN" in said and f"Slurmctld(backup) at {P}head02 is UP" in said, said
+
+    def head_down_backup_up(said: str) -> bool:
+        return f"at {P}head01 is DOWN" in said and f"Slurmctld(backup) at {P}head02 is UP" in said
+
+    said = wait_for(lambda: controllers_said(HEAD2), head_down_backup_up, limit_s)
+    assert head_down_backup_up(said), said
     return job_through(HEAD2, node, 180, name)
 
 
@@ -312,20 +312,22 @@ def no_job_why(container: str, done: subprocess.CompletedProcess[str]) -> str:
         said.append(f"ping on {head}: {' '.join(controllers_said(head).split()[:12])!r}")
     sinfo = exec_in(container, "sinfo", "-N", "-h", "-o", "%N %T %E")
     said.append(f"sinfo: {' '.join(sinfo.stdout.split())!r} {sinfo.stderr.strip()[-200:]!r}")
-    lines = [" | ".join(said)]
-    for head in (HEAD, HEAD2):
-        log = exec_in(head, "tail", "-n", "25", "/var/log/slurm/slurmctld.log")
-        lines += [f"{head}: {line}" for line in log.stdout.splitlines()]
-    return "\n".join(lines)
+    return "\n".join([" | ".join(said), *controllers_logged(["tail", "-n", "25"], 25)])
 
 
 def job_logged(job: str) -> str:
     """What each controller's slurmctld.log says of ``job`` (for a failed assertion's message)."""
-    lines = [f"JobId={job} in slurmctld.log:"]
+    return "\n".join([f"JobId={job} in slurmctld.log:", *controllers_logged(["grep", "-a", f"JobId={job}"], 15)])
+
+
+def controllers_logged(reader: list[str], last: int) -> list[str]:
+    """The last ``last`` lines ``reader`` finds in each controller's slurmctld.log, each after its container's name
+    (for a failed assertion's message)."""
+    lines = []
     for container in (HEAD, HEAD2):
-        said = docker_exec(container, "grep", "-a", f"JobId={job}", "/var/log/slurm/slurmctld.log", check=False)
-        lines += [f"{container}: {line}" for line in said.splitlines()[-15:]]
-    return "\n".join(lines)
+        said = exec_in(container, *reader, "/var/log/slurm/slurmctld.log").stdout
+        lines += [f"{container}: {line}" for line in said.splitlines()[-last:]]
+    return lines
 
 
 def state_saved_with(job: str) -> None:
