@@ -2,10 +2,12 @@
 in-process `corectl provision` (the node jobs run in worker threads, which a plain cProfile of the
 main thread would not see), on the bench lab that `make bench BENCH_ARGS="... --keep"` left running.
 
-    .venv/bin/python bench/profile_nodelocal.py [--top 25]
+    .venv/bin/python bench/profile_nodelocal.py [--top 25] [--limit HOSTS] [--cpu]
 
 Prints corectl's own CPU seconds, the run's control-host CPU from its record, and the functions
-with the most time of their own, summed over all threads.
+with the most time of their own, summed over all threads; then the same for the processes that
+follow the node jobs (corectl.ansible.remote.followers: forked, each profiled in all its threads
+and its own CPU taken from getrusage as it ends).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import resource
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,13 @@ import fleet
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--limit", help="provision --limit (the head and some DGX: the run stays node-local)")
+    parser.add_argument("--cpu", action="store_true", help="time each thread's CPU (time.thread_time), not wall time")
     options = parser.parse_args()
+
+    def new_profile() -> cProfile.Profile:  # (--cpu: a thread blocked in a read or a wait costs nothing)
+        return cProfile.Profile(time.thread_time) if options.cpu else cProfile.Profile()
+
     if not fleet.SITE.joinpath("cluster.yml").is_file():
         raise SystemExit(f"no bench lab at {fleet.SITE}: run make bench with --keep first")
     from corectl.cli import app
@@ -36,11 +47,30 @@ def main() -> None:
     profiles: list[cProfile.Profile] = []
 
     def start_profiling(*_: Any) -> None:  # the first profile event of a new thread: hand it to cProfile
-        profile = cProfile.Profile()
+        profile = new_profile()
         profiles.append(profile)
         profile.enable()
 
-    main_profile = cProfile.Profile()
+    from corectl.ansible.remote import followers
+
+    followed = Path(tempfile.mkdtemp(prefix="corectl-followers-"))
+    original = followers._child
+
+    def profiled_child(*args: Any) -> None:  # a follower process (forked): its threads profiled, dumped as it ends
+        profiles.clear()  # (the parent's, copied by the fork)
+        mine = new_profile()
+        profiles.append(mine)
+        mine.enable()
+        try:
+            original(*args)
+        finally:
+            mine.disable()
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            pstats.Stats(*[p for p in profiles if p.getstats()]).dump_stats(followed / f"{os.getpid()}.prof")
+            (followed / f"{os.getpid()}.cpu").write_text(f"{used.ru_utime + used.ru_stime}")
+
+    followers._child = profiled_child  # type: ignore[assignment]
+    main_profile = new_profile()
     profiles.append(main_profile)
     fleet.with_sections(fleet.NODE_LOCAL)
     try:
@@ -48,7 +78,8 @@ def main() -> None:
         before = resource.getrusage(resource.RUSAGE_SELF)
         main_profile.enable()
         try:
-            app(["provision", "--inventory", str(fleet.SITE)], standalone_mode=False)
+            limit = ["--limit", options.limit] if options.limit else []
+            app(["provision", "--inventory", str(fleet.SITE), *limit], standalone_mode=False)
         finally:
             main_profile.disable()
             threading.setprofile(None)  # type: ignore[arg-type]
@@ -64,6 +95,13 @@ def main() -> None:
     stats = pstats.Stats(*[p for p in profiles if p.getstats()], stream=out)
     stats.sort_stats("tottime").print_stats(options.top)
     print(out.getvalue())
+    dumps = sorted(followed.glob("*.prof"))
+    if dumps:
+        cpu = sum(float(p.read_text()) for p in followed.glob("*.cpu"))
+        print(f"the {len(dumps)} follower processes' own CPU (getrusage, profiled): {cpu:.2f} s")
+        out = io.StringIO()
+        pstats.Stats(*[str(p) for p in dumps], stream=out).sort_stats("tottime").print_stats(options.top)
+        print(out.getvalue())
 
 
 if __name__ == "__main__":

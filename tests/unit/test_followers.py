@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from corectl.ansible.events import RECORD_KEY, EventSink, Returned, Tally, slim
+from corectl.ansible.events import RECORD_KEY, EventSink, Returned, Tally, crosses, slim
 from corectl.ansible.remote import followers
 from corectl.progress import LiveProgress
 
@@ -29,6 +29,9 @@ def result(kind: str, host: str, task: str, data: dict[str, Any] | None = None, 
 EVENTS = [
     {"event": "playbook_on_play_start", "event_data": {"name": "Slurm compute nodes", "play": "Slurm compute nodes"}},
     {"event": "playbook_on_task_start", "event_data": {"task": "Gather", "name": "Gather"}},
+    {"event": "runner_on_start", "event_data": {"host": "dgx01", "task": "Gather"}, "stdout": ""},
+    {"event": "verbose", "event_data": {}, "stdout": "Using /p/ansible.cfg as config file"},
+    {"event": "warning", "event_data": {}, "stdout": "[WARNING]: a deprecated option"},
     result("ok", "dgx01", "Gather", changed=False, **FACTS),
     result("ok", "dgx02", "Gather", changed=True, **FACTS),
     # a no_log result: censored down to a notice, its change said only by Ansible's own line
@@ -68,13 +71,14 @@ def seen(events: list[dict[str, Any]]) -> tuple[Any, ...]:
 @pytest.mark.parametrize("verbose", ["0", "2"])
 def test_slim_events_tally_return_and_show_as_the_whole_events(verbose: str, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ANSIBLE_VERBOSITY", verbose)
-    slimmed = [slim(event) for event in EVENTS]
+    slimmed = [slim(event) for event in EVENTS if crosses(event, int(verbose))]
     assert seen(slimmed) == seen(EVENTS)
+    assert len(slimmed) == (len(EVENTS) if verbose != "0" else len(EVENTS) - 3)  # (-v: Ansible's every line shown)
     counts, _finals, messages, *_ = seen(EVENTS)
     assert counts["dgx01"] == {**counts["dgx01"], "changed": 1, "ignored": 1, "skipped": 1}  # not zeros
     assert messages["dgx02"] == "Start slurmd: non-zero return code 3: slurmd: fatal"
     # what crosses is small: a result's module output stays in the job's events file
-    assert len(json.dumps(slimmed)) * 10 < len(json.dumps(EVENTS))
+    assert "ansible_mounts" not in json.dumps(slimmed) and len(json.dumps(slimmed)) * 8 < len(json.dumps(EVENTS))
 
 
 def test_items_are_dealt_round_robin_into_groups_none_empty():

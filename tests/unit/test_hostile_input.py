@@ -246,7 +246,8 @@ def test_valid_site_with_every_strict_field_passes(tmp_path: Path):
     # the merge key (<<: *compute) gives dgx03 the anchored entry's rack
     assert cluster.node("dgx03").rack == "R1.2"
     hosts = yaml.safe_load(render_text(cluster))["all"]
-    assert hosts["vars"]["ansible_ssh_common_args"] == f"-o ProxyJump={config.cluster.ssh.jump_host}"
+    kex = "-o KexAlgorithms=mlkem768x25519-sha256,curve25519-sha256"
+    assert hosts["vars"]["ansible_ssh_common_args"] == f"{kex} -o ProxyJump={config.cluster.ssh.jump_host}"
     assert hosts["hosts"]["dgx03"]["ansible_host"] == "2001:db8::13"
 
 

@@ -4,6 +4,7 @@ receives is decoded from the real stream in tests/integration/test_jobpack.py.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path, PurePosixPath
@@ -91,7 +92,7 @@ def test_a_nodes_own_run_is_under_mitogen_when_this_hosts_is(
     for accelerator, strategy in (("mitogen", "corectl.fleet.mitogen_linear"), ("none", None)):
         monkeypatch.setenv("CORECTL_ACCELERATOR", accelerator)
         live = Live(RunRequest(site=site), "x1", tmp_path, Cancel())
-        run = nodelocal._Run(live, cluster.config.node_local, tmp_path / "key", None, "0123abcd")
+        run = nodelocal._Run(live, cluster.config.node_local, tmp_path / "key", cluster.config.cluster.ssh, "0123abcd")
         common = nodelocal._common(run, None, "", tmp_path / accelerator)
         assert common.kwargs["envvars"].get("ANSIBLE_STRATEGY") == strategy
         assert common.kwargs["extravars"]["ansible_connection"] == "local"
@@ -110,3 +111,40 @@ def test_the_node_jobs_are_followed_by_a_process_per_core_at_most_one_per_node_o
     (prod_copy / "cluster.yml").write_text((prod_copy / "cluster.yml").read_text() + "  processes: 0\n")
     result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
     assert result.exit_code == 2 and "node_local.processes" in result.output, result.output
+
+
+def test_a_node_jobs_ssh_has_the_sites_key_exchange_and_the_nodes_own_jump_host(
+    prod_copy: Path, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """cluster.ssh.kex_algorithms and a node's own ssh.jump_host reach the ssh of its job's install and of its stop
+    (a stand-in ssh first on PATH writes down its arguments), as they reach Ansible's through hosts.yml."""
+    text = (prod_copy / "cluster.yml").read_text()
+    text = text.replace("    user: root\n", "    user: root\n    kex_algorithms: [curve25519-sha256]\n", 1)
+    text = text.replace("    leaf: leaf2\n", "    leaf: leaf2\n    ssh: {jump_host: admin@bastion2}\n", 1)
+    (prod_copy / "cluster.yml").write_text(text)
+    site = _site(prod_copy, root, "node_local:\n  mode: on\n")
+    cluster, _ = render_site(site, check_only=False)
+    said = tmp_path / "said"
+    fake = tmp_path / "bin" / "ssh"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {said}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(nodelocal, "_payload", lambda _install_dir: b"")
+    live = Live(RunRequest(site=site), "x1", tmp_path, Cancel())
+    run = nodelocal._Run(live, cluster.config.node_local, tmp_path / "key", cluster.config.cluster.ssh, "0123abcd")
+    assert nodelocal._install(run, cluster.node("dgx01")) == ""
+    assert nodelocal._install(run, cluster.node("dgx07")) == ""
+    worker = subprocess.Popen(["sleep", "30"])
+    job = PurePosixPath("/dev/shm/corectl-job-x1")
+    runnerhost.stop_jobs(site, run.key, [(worker, job, nodelocal._endpoint(cluster.node("dgx07")), ["-o", "A=b"])])
+    assert worker.wait(timeout=10) != 0  # killed
+    install1, install7, stop7 = said.read_text().splitlines()
+    assert " -o KexAlgorithms=curve25519-sha256 10.10.1.11 " in install1 and "ProxyJump" not in install1
+    assert " -o KexAlgorithms=curve25519-sha256 -o ProxyJump=admin@bastion2 10.10.1.17 " in install7
+    assert " -o A=b 10.10.1.17 pkill " in stop7
+    hosts = json.loads((prod_copy / "hosts.yml").read_text())["all"]
+    kex = "-o KexAlgorithms=curve25519-sha256"
+    assert hosts["vars"]["ansible_ssh_common_args"] == kex
+    assert hosts["hosts"]["dgx07"]["ansible_ssh_common_args"] == f"{kex} -o ProxyJump=admin@bastion2"
+    assert "ansible_ssh_common_args" not in hosts["hosts"]["dgx01"]

@@ -77,6 +77,7 @@ class ShardOutcome:
     elapsed: float
     error: str = ""  # why it did not finish: the runner unreachable, stale, gone mid-run, canceled
     groups: list[str] = field(default_factory=list)  # the leaves or racks it held (corectl.ansible.remote.shards)
+    control_cpu_s: float | None = None  # a part run from this host: the control host's CPU for it (CpuClock)
 
 
 @dataclass
@@ -255,11 +256,11 @@ _DATA_READ = ("host", "task", "name", "play", "ignore_errors")
 _RES_READ = ("msg", "stderr", "rc", "warnings")
 
 
-def slim(event: dict[str, Any]) -> dict[str, Any]:
+def slim(event: dict[str, Any], verbose: int | None = None) -> dict[str, Any]:
     """What of ``event`` the run's tally and display read (see above), for an event that crosses from one process
     to another (corectl.ansible.remote.followers): a task result's module output can be a node's whole facts, and the
     whole event is kept in its job's events file anyway. The same Tally, Returned and live display result from
-    either."""
+    either. ``verbose``: verbosity(), read once by a caller that slims many events."""
     data = event.get("event_data") or {}
     if event.get("event") == "playbook_on_stats":
         kept = dict(data)
@@ -274,9 +275,24 @@ def slim(event: dict[str, Any]) -> dict[str, Any]:
             }
     small: dict[str, Any] = {k: event[k] for k in ("event", SHARD_KEY) if k in event}
     small["event_data"] = kept
-    if "stdout" in event and verbosity() > 0:  # Ansible's own output, printed as it comes (corectl -v)
+    if "stdout" in event and (verbosity() if verbose is None else verbose) > 0:  # Ansible's output (corectl -v)
         small["stdout"] = event["stdout"]
     return small
+
+
+# Events that neither a run's Tally, a Returned, the live display nor plan's list of changes read: a task's start on
+# a host (the host counts as seen with its result), Ansible's verbose and deprecation lines, its warnings (a task
+# result's own warnings are in the result), plays without hosts and includes. Printed only with corectl -v.
+UNREAD = frozenset(
+    ("runner_on_start", "verbose", "deprecated", "warning", "playbook_on_no_hosts_matched", "playbook_on_include")
+)
+
+
+def crosses(event: dict[str, Any], verbose: int) -> bool:
+    """Whether ``event`` goes from a group's process to the run's (corectl.ansible.remote.followers): all do when
+    Ansible's output is shown (``verbose``, verbosity()), else those something there reads. Every event stays in its
+    job's events file."""
+    return verbose > 0 or event.get("event") not in UNREAD
 
 
 class Returned:

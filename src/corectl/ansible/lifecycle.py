@@ -103,8 +103,13 @@ class Live:
     tally: Tally = field(default_factory=Tally)
     sink: EventSink | None = None
     guard: threading.Lock = field(default_factory=threading.Lock)  # parts run in threads
+    counts: bool = True  # False: events go to the sink only (a group's process: the run's process tallies them)
 
     def __call__(self, event: dict[str, Any]) -> None:
+        if not self.counts:
+            if self.sink is not None:
+                self.sink(event)
+            return
         with self.guard:
             self.tally(event)
             if self.sink is not None:

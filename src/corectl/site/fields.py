@@ -10,7 +10,7 @@ import base64
 import binascii
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -192,6 +192,21 @@ HostAddress = Annotated[str, StringConstraints(min_length=1, max_length=253), Af
 MonitorAddress = Annotated[str, StringConstraints(min_length=1, max_length=261), AfterValidator(_monitor)]
 # ssh ProxyJump: [user@]host[:port][,[user@]host[:port]...]
 JumpHost = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_jump_host)]
+# an OpenSSH key exchange algorithm (ssh -Q kex): those of OpenSSH 9.2 (Debian 12) and 10.0 (Debian 13)
+KexAlgorithm = Literal[
+    "mlkem768x25519-sha256",
+    "sntrup761x25519-sha512",
+    "sntrup761x25519-sha512@openssh.com",
+    "curve25519-sha256",
+    "curve25519-sha256@libssh.org",
+    "ecdh-sha2-nistp256",
+    "ecdh-sha2-nistp384",
+    "ecdh-sha2-nistp521",
+    "diffie-hellman-group-exchange-sha256",
+    "diffie-hellman-group16-sha512",
+    "diffie-hellman-group18-sha512",
+    "diffie-hellman-group14-sha256",
+]
 # one line of authorized_keys: an OpenSSH public key of a known type, its blob checked
 SshPublicKey = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_ssh_public_key)]
 # free text (descriptions): the generic rule applies; capped like every string

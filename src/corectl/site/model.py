@@ -18,6 +18,7 @@ from corectl.site.fields import (
     HostExpr,
     Identifier,
     JumpHost,
+    KexAlgorithm,
     KeyPath,
     Label,
     Port,
@@ -50,6 +51,17 @@ class SshAccess(Strict):
     )
     port: Port = Field(22, description="SSH port on the nodes")
     jump_host: JumpHost | None = Field(None, description="optional ProxyJump, e.g. admin@bastion:22")
+    kex_algorithms: list[KexAlgorithm] = Field(
+        default_factory=list,
+        max_length=12,
+        description="key exchange of corectl's SSH to the nodes (OpenSSH KexAlgorithms), preferred first; "
+        "default: OpenSSH's own",
+    )
+
+    def client_options(self, jump_host: str | None) -> list[str]:
+        """ssh's options for a connection to a node (Ansible's, a node-local job's): the key exchange, the jump."""
+        options = ["-o", f"KexAlgorithms={','.join(self.kex_algorithms)}"] if self.kex_algorithms else []
+        return options + (["-o", f"ProxyJump={jump_host}"] if jump_host else [])
 
 
 class NodeSsh(Strict):

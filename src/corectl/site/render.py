@@ -94,7 +94,7 @@ def host_vars(cluster: Cluster, node: Node) -> dict[str, Any]:
     if node.ssh_user != ssh.user:
         data["ansible_user"] = node.ssh_user
     if node.jump_host and node.jump_host != ssh.jump_host:
-        data["ansible_ssh_common_args"] = f"-o ProxyJump={node.jump_host}"
+        data["ansible_ssh_common_args"] = " ".join(ssh.client_options(node.jump_host))  # (validated: no spaces)
     if node.rack:
         data["corectl_rack"] = node.rack
     if node.leaf:
@@ -314,8 +314,8 @@ def cluster_vars(cluster: Cluster) -> dict[str, Any]:
     key = _key_path(ssh.key)
     if key is not None:
         data["ansible_ssh_private_key_file"] = key
-    if ssh.jump_host:
-        data["ansible_ssh_common_args"] = f"-o ProxyJump={ssh.jump_host}"
+    if ssh.jump_host or ssh.kex_algorithms:
+        data["ansible_ssh_common_args"] = " ".join(ssh.client_options(ssh.jump_host))
     if config.fabric is not None:
         data["corectl_switches_file"] = "{{ inventory_dir }}/switches.json"
     return data

@@ -165,7 +165,7 @@ def _run_shard(job: _Job, request: RunRequest, shard: shards.Shard) -> ShardOutc
 def _stop_all(job: _Job) -> None:
     """Close every shard's SSH and have its runner stop the job and remove the job's directory."""
     with job.guard:
-        active = [(worker, remote, shard.runner) for worker, remote, shard in job.active.values()]
+        active: list[runnerhost.Job] = [(w, remote, shard.runner, ()) for w, remote, shard in job.active.values()]
     runnerhost.stop_jobs(job.site, job.key.path, active)
 
 

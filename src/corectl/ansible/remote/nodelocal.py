@@ -37,7 +37,17 @@ from subprocess import Popen
 from typing import Any
 
 from corectl.ansible import lifecycle
-from corectl.ansible.events import EventSink, Returned, RunRequest, RunResult, ShardOutcome, slim
+from corectl.ansible.events import (
+    CpuClock,
+    EventSink,
+    Returned,
+    RunRequest,
+    RunResult,
+    ShardOutcome,
+    crosses,
+    slim,
+    verbosity,
+)
 from corectl.ansible.lifecycle import Ended, Live
 from corectl.ansible.remote import followers, runnerhost
 from corectl.ansible.remote.fanout import runner_accelerator, targets
@@ -47,7 +57,7 @@ from corectl.ansible.runner import here, site_build
 from corectl.bootstrap import key_path
 from corectl.errors import CorectlError
 from corectl.secrets import NodeSecrets, ceph_clients, node_secrets
-from corectl.site.model import Cluster, Node, NodeLocal
+from corectl.site.model import Cluster, Node, NodeLocal, SshAccess
 from corectl.site.model_services import RunnerHost
 
 CONTROL_HOST = "control host"
@@ -102,10 +112,10 @@ class _Run:
     live: Live
     settings: NodeLocal
     key: Path
-    jump: str | None  # cluster.ssh.jump_host
+    ssh: SshAccess  # cluster.ssh: the key exchange, the jump host (client_options)
     digest: str
     common: _Common | None = None
-    active: dict[str, tuple[Popen[bytes], PurePosixPath, RunnerHost]] = field(default_factory=dict)
+    active: dict[str, runnerhost.Job] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -135,13 +145,13 @@ def _common(run: _Run, secrets: NodeSecrets | None, policy: str, base: Path) -> 
 def _job(run: _Run, node: Node, attempt: int) -> Streamed:
     """One node's job (the common part and its own host_vars), streamed to its worker over SSH, followed to its end."""
     assert run.common is not None
-    remote, host = run.common.remote, _endpoint(node)
+    remote, host, options = run.common.remote, _endpoint(node), run.ssh.client_options(node.jump_host)
     work_dir = run.live.run_dir / "shards" / node.name / str(attempt)
     work_dir.mkdir(parents=True, exist_ok=True)
 
     def on_start(worker: Popen[bytes]) -> None:
         with run.guard:
-            run.active[node.name] = (worker, remote, host)
+            run.active[node.name] = (worker, remote, host, options)
 
     with tempfile.TemporaryDirectory(prefix="corectl-pack-") as tmp:
         own = Path(tmp) / "job"
@@ -149,7 +159,7 @@ def _job(run: _Run, node: Node, attempt: int) -> Streamed:
         host_vars(run.request.site.directory, node.name, own)
         kwargs = {**run.common.kwargs, "private_data_dir": str(own), "limit": node.name}
         command = runnerhost.worker_command(run.settings.install_dir, remote, run.digest, "node")
-        argv = runnerhost.ssh_argv(run.request.site, host, run.key, command, run.jump)
+        argv = runnerhost.ssh_argv(run.request.site, host, run.key, command, options)
         tagged = run.live.tagged(node.name)
         done = run_streamed(kwargs, argv, work_dir, tagged, on_start, consume=True, layers=[run.common.layer])
     with run.guard:
@@ -162,7 +172,8 @@ def _install(run: _Run, node: Node) -> str:
     script = runnerhost.install_script(run.settings.install_dir, run.digest, "node")
     try:
         payload = _payload(run.settings.install_dir)
-        runnerhost.run_on(run.request.site, _endpoint(node), run.key, script, payload, run.jump)
+        options = run.ssh.client_options(node.jump_host)
+        runnerhost.run_on(run.request.site, _endpoint(node), run.key, script, payload, options)
     except CorectlError as exc:
         return str(exc)
     return ""
@@ -202,9 +213,14 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
     each = -(-run.settings.parallel // count)  # the node jobs at once, over all the groups: ``parallel``
 
     def work(group: list[Node], send: EventSink) -> list[tuple[ShardOutcome, bool]]:
-        live = run.live
-        # this group's run: its events slimmed and sent back to the run's process, which tallies and shows them
-        mine = Live(live.request, live.ident, live.run_dir, live.cancel, sink=lambda event: send(slim(event)))
+        live, verbose = run.live, verbosity()
+
+        def forward(event: dict[str, Any]) -> None:
+            if crosses(event, verbose):
+                send(slim(event, verbose))
+
+        # this group's run: what the run's process reads of its events sent there, which tallies and shows them
+        mine = Live(live.request, live.ident, live.run_dir, live.cancel, sink=forward, counts=False)
         return _in_threads(replace(run, live=mine), group, each)  # (its own copy of the run: forked)
 
     def deliver(events: list[dict[str, Any]]) -> None:
@@ -245,7 +261,7 @@ def _in_threads(run: _Run, nodes: list[Node], parallel: int) -> list[tuple[Shard
                     late = {name: job for name, job in run.active.items() if name not in stopped}
                 stopped.update(late)
                 if late:
-                    runnerhost.stop_jobs(run.request.site, run.key, list(late.values()), run.jump)
+                    runnerhost.stop_jobs(run.request.site, run.key, list(late.values()))
         results = []
         for node, future in zip(nodes, futures, strict=True):
             try:
@@ -257,12 +273,13 @@ def _in_threads(run: _Run, nodes: list[Node], parallel: int) -> list[tuple[Shard
 
 def _here(run: _Run, name: str, hosts: list[str]) -> ShardOutcome:
     """Part of the run from this host, as any run here (the service nodes; the nodes unfit for their own job)."""
-    started = time.monotonic()
+    started, clock = time.monotonic(), CpuClock()  # (nothing else of the run runs meanwhile: its CPU is this part's)
     request = replace(run.request, limit=",".join(hosts))
     live = run.live
     ended = here(live, site_build(request), live.run_dir / "shards", name, live.tagged(name))
     status = "canceled" if live.cancel() else ended.status
-    return ShardOutcome(name, CONTROL_HOST, hosts, status, time.monotonic() - started)
+    cpu = round(sum(clock.spent().values()), 2)
+    return ShardOutcome(name, CONTROL_HOST, hosts, status, time.monotonic() - started, control_cpu_s=cpu)
 
 
 def _not_started(nodes: list[str], why: str, status: str = "not started") -> list[ShardOutcome]:
@@ -281,8 +298,7 @@ def run_node_local(request: RunRequest, cluster: Cluster, nodes: list[str], sink
     policy = Returned(POLICY, sink or (lambda _event: None))
 
     def transport(live: Live) -> Ended:
-        jump = cluster.config.cluster.ssh.jump_host
-        run = _Run(live, settings, key, jump, runnerhost.stamp())
+        run = _Run(live, settings, key, cluster.config.cluster.ssh, runnerhost.stamp())
         outcomes = [_here(run, SERVICES, services)]
         if outcomes[0].status != "successful":
             outcomes += _not_started(nodes, f"the service nodes' part of the run ended {outcomes[0].status}")

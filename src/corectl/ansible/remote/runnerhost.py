@@ -18,7 +18,7 @@ import shlex
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 from subprocess import DEVNULL, Popen, TimeoutExpired
@@ -202,9 +202,9 @@ def cancel_command(remote_dir: PurePosixPath) -> str:
     return f"pkill -TERM -f {masked}; sleep 1; pkill -KILL -f {masked}; rm -rf {masked}; true"
 
 
-def ssh_argv(site: Site, runner: RunnerHost, key: Path | None, command: str, jump: str | None = None) -> list[str]:
-    """ssh to a runner (or a node: ``jump``, cluster.ssh.jump_host) with the site's key, its host key checked
-    against the site's known_hosts."""
+def ssh_argv(site: Site, runner: RunnerHost, key: Path | None, command: str, options: Sequence[str] = ()) -> list[str]:
+    """ssh to a runner (or a node: ``options``, cluster.ssh's client_options: its key exchange and jump host) with the
+    site's key, its host key checked against the site's known_hosts."""
     argv = [
         "ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
         "-o", f"UserKnownHostsFile={site.known_hosts}", "-o", "StrictHostKeyChecking=yes",
@@ -213,16 +213,14 @@ def ssh_argv(site: Site, runner: RunnerHost, key: Path | None, command: str, jum
     ]  # fmt: skip
     if key is not None:
         argv += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
-    if jump:
-        argv += ["-o", f"ProxyJump={jump}"]
-    return [*argv, runner.host, command]
+    return [*argv, *options, runner.host, command]
 
 
 def run_on(
-    site: Site, runner: RunnerHost, key: Path | None, command: str, data: bytes = b"", jump: str | None = None
+    site: Site, runner: RunnerHost, key: Path | None, command: str, data: bytes = b"", options: Sequence[str] = ()
 ) -> str:
     """Run ``command`` on a runner (or a node); its stdout, or a one-line error naming it."""
-    argv = ssh_argv(site, runner, key, command, jump)
+    argv = ssh_argv(site, runner, key, command, options)
     proc = subprocess.run(argv, input=data, capture_output=True, check=False)
     if proc.returncode != 0:
         said = proc.stderr.decode(errors="replace").strip().splitlines()
@@ -230,14 +228,16 @@ def run_on(
     return proc.stdout.decode(errors="replace")
 
 
-def stop_jobs(
-    site: Site, key: Path | None, jobs: list[tuple[Popen[bytes], PurePosixPath, RunnerHost]], jump: str | None = None
-) -> None:
+# a job running on a host: its ssh, its directory there, the host, ssh's options for it (ssh_argv)
+Job = tuple[Popen[bytes], PurePosixPath, RunnerHost, Sequence[str]]
+
+
+def stop_jobs(site: Site, key: Path | None, jobs: list[Job]) -> None:
     """Close each job's SSH and have its host stop the job and remove the job's directory."""
     stoppers = []
-    for worker, remote, host in jobs:
+    for worker, remote, host, options in jobs:
         worker.kill()
-        argv = ssh_argv(site, host, key, cancel_command(remote), jump)
+        argv = ssh_argv(site, host, key, cancel_command(remote), options)
         stoppers.append(Popen(argv, stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL))
     for stopper in stoppers:
         try:
