@@ -15,6 +15,7 @@ from rich.console import Console
 
 from corectl.ansible.events import RECORD_KEY, EventSink, Returned, Tally, crosses, slim
 from corectl.ansible.remote import followers
+from corectl.commands.provision import changes_from
 from corectl.progress import LiveProgress
 
 FACTS = {"ansible_facts": {"ansible_mounts": [{"mount": f"/m{i}", "size": i} for i in range(200)]}}
@@ -34,6 +35,8 @@ EVENTS = [
     {"event": "warning", "event_data": {}, "stdout": "[WARNING]: a deprecated option"},
     result("ok", "dgx01", "Gather", changed=False, **FACTS),
     result("ok", "dgx02", "Gather", changed=True, **FACTS),
+    result("ok", "dgx01", "Write the files", {"role": "slurm"}, changed=True, changed_paths=["/etc/slurm/gres.conf"]),
+    {**result("ok", "dgx02", "Write the files", {"role": "slurm"}, changed=False), "event": "runner_item_on_ok"},
     # a no_log result: censored down to a notice, its change said only by Ansible's own line
     {**result("ok", "dgx01", "Write the munge key", censored="hidden"), "stdout": "changed: [dgx01]"},
     result("ok", "dgx02", "Read the units", changed=False, warnings=["an account still has jobs"], stdout="x" * 5000),
@@ -65,7 +68,9 @@ def seen(events: list[dict[str, Any]]) -> tuple[Any, ...]:
     counts = {host: vars(stats) for host, stats in tally.hosts.items()}
     finals = {host: vars(stats) for host, stats in tally.finals.items()}
     shown = out.getvalue()
-    return counts, finals, tally.messages, tally.tasks, tally.recorded, returned.by_host, returned.unreachable, shown
+    planned = changes_from(events)  # corectl plan's list (a check run's events)
+    handed = (tally.recorded, returned.by_host, returned.unreachable)
+    return counts, finals, tally.messages, tally.tasks, *handed, shown, planned
 
 
 @pytest.mark.parametrize("verbose", ["0", "2"])
@@ -74,8 +79,9 @@ def test_slim_events_tally_return_and_show_as_the_whole_events(verbose: str, mon
     slimmed = [slim(event) for event in EVENTS if crosses(event, int(verbose))]
     assert seen(slimmed) == seen(EVENTS)
     assert len(slimmed) == (len(EVENTS) if verbose != "0" else len(EVENTS) - 3)  # (-v: Ansible's every line shown)
-    counts, _finals, messages, *_ = seen(EVENTS)
-    assert counts["dgx01"] == {**counts["dgx01"], "changed": 1, "ignored": 1, "skipped": 1}  # not zeros
+    counts, _finals, messages, *_, planned = seen(EVENTS)
+    assert planned["dgx01"] == ["slurm: /etc/slurm/gres.conf", "Write the munge key"]
+    assert counts["dgx01"] == {**counts["dgx01"], "changed": 2, "ignored": 1, "skipped": 1}  # not zeros
     assert messages["dgx02"] == "Start slurmd: non-zero return code 3: slurmd: fatal"
     # what crosses is small: a result's module output stays in the job's events file
     assert "ansible_mounts" not in json.dumps(slimmed) and len(json.dumps(slimmed)) * 8 < len(json.dumps(EVENTS))

@@ -249,10 +249,11 @@ class Tally:
             self.messages[host] = f"{data.get('task', '')}: {detail}"[:MESSAGE_LIMIT]
 
 
-# What of an event a run's Tally, a Returned and the live display read: the task result's host and task, the play's
-# name, whether a failure was ignored, and of the result itself whether it changed something and, for a failure or
-# a warning, what was said. A playbook's totals (playbook_on_stats) are kept whole.
-_DATA_READ = ("host", "task", "name", "play", "ignore_errors")
+# What of an event a run's Tally, a Returned, the live display and plan's list of changes read: the task result's
+# host, task and role, the play's name, whether a failure was ignored, and of the result itself whether it changed
+# something (and which files, corectl.fleet.files) and, for a failure or a warning, what was said. A playbook's
+# totals (playbook_on_stats) are kept whole.
+_DATA_READ = ("host", "task", "name", "play", "role", "ignore_errors")
 _RES_READ = ("msg", "stderr", "rc", "warnings")
 
 
@@ -269,9 +270,11 @@ def slim(event: dict[str, Any], verbose: int | None = None) -> dict[str, Any]:
         res = data.get("res")
         if isinstance(res, dict):
             said = outcome(event) in (*FAILURES, "ignored") or res.get("warnings")
+            changed = reported_change(event)
             kept["res"] = {
-                "changed": reported_change(event),
+                "changed": changed,
                 **({k: res[k] for k in _RES_READ if k in res} if said else {}),
+                **({"changed_paths": res["changed_paths"]} if changed and "changed_paths" in res else {}),
             }
     small: dict[str, Any] = {k: event[k] for k in ("event", SHARD_KEY) if k in event}
     small["event_data"] = kept
