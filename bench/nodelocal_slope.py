@@ -112,13 +112,15 @@ def main() -> None:
             shim.chmod(0o755)
             env["PATH"] = f"{shim.parent}:{os.environ['PATH']}"
         one(sizes[-1], env, log)  # a first run: the nodes' install up to date (not the steady state)
-        rows = []
+        rows: list[dict[str, Any]] = []
+        ratios: list[float] = []
         kexes = ["", options.kex] if options.kex else [""]
         for number in range(options.rounds):
             order = sizes[number % len(sizes) :] + sizes[: number % len(sizes)]
             for dgx in order:
+                pair: dict[str, dict[str, Any]] = {}
                 for kex in kexes if number % 2 == 0 else kexes[::-1]:
-                    row = one(dgx, env, log, kex)
+                    row = pair[kex] = one(dgx, env, log, kex)
                     rows.append(row)
                     ssh = f"  ssh {row['ssh']:5.2f}" if "ssh" in row else ""
                     print(
@@ -127,6 +129,8 @@ def main() -> None:
                         f"  corectl's own {row['own']:5.2f}{ssh}",
                         flush=True,
                     )
+                if options.kex:  # (each size's two variants, run one after the other)
+                    ratios.append(pair[options.kex]["nodes"] / pair[""]["nodes"])
     parts = [("nodes", "node jobs' part"), ("cpu", "whole run"), ("own", "corectl's own process")]
     parts += [("ssh", "ssh clients")] if options.ssh_cpu else []
     for kex in kexes:
@@ -134,10 +138,7 @@ def main() -> None:
         print(f"key exchange {kex or 'default (OpenSSH)'}: per added DGX")
         for key, what in parts:
             print(f"  {what}: {fleet.slope([(r['dgx'], r[key]) for r in mine]):.3f} CPU-s")
-    if options.kex:
-        pairs = zip(rows[0::2], rows[1::2], strict=True)  # (each size's two variants, run one after the other)
-        ratios = [(b if b["kex"] != "default" else a)["nodes"] / (a if a["kex"] == "default" else b)["nodes"]
-                  for a, b in pairs]  # fmt: skip
+    if ratios:
         print(f"node jobs' part, {options.kex} / default: {sum(ratios) / len(ratios):.2f} (mean of {len(ratios)})")
 
 

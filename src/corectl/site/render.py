@@ -314,8 +314,8 @@ def cluster_vars(cluster: Cluster) -> dict[str, Any]:
     key = _key_path(ssh.key)
     if key is not None:
         data["ansible_ssh_private_key_file"] = key
-    if ssh.jump_host or ssh.kex_algorithms:
-        data["ansible_ssh_common_args"] = " ".join(ssh.client_options(ssh.jump_host))
+    if options := ssh.client_options(ssh.jump_host):
+        data["ansible_ssh_common_args"] = " ".join(options)  # (validated: no spaces)
     if config.fabric is not None:
         data["corectl_switches_file"] = "{{ inventory_dir }}/switches.json"
     return data
