@@ -8,8 +8,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from corectl.ansible.remote import stream as stream_module
 from corectl.ansible.remote.jobpack import zip_message
-from corectl.ansible.remote.stream import EVENTS, follow, read_events
+from corectl.ansible.remote.stream import EVENTS, FLOWING, follow, read_events
 
 
 def line(data: dict[str, Any]) -> bytes:
@@ -66,3 +69,61 @@ def test_a_last_line_cut_short_in_the_events_file_is_left_out(tmp_path: Path):
     kept = tmp_path / EVENTS
     kept.write_bytes(line(event(1)) + line(event(2))[:-5])
     assert [e["counter"] for e in read_events(kept)] == [1]
+
+
+class Trickle:
+    """A worker's stdout as follow sees it: each read1 returns the next of ``chunks`` (then b"": the end), read()
+    takes from the chunks as a pipe would; ``calls`` records the reads and the pauses between them."""
+
+    def __init__(self, chunks: list[bytes], calls: list[str]) -> None:
+        self.chunks, self.calls = list(chunks), calls
+
+    def read1(self, size: int = -1, /) -> bytes:
+        self.calls.append("read1")
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def read(self, size: int = -1, /) -> bytes:
+        self.calls.append("read")
+        data = b""
+        while self.chunks and (size < 0 or len(data) < size):
+            data += self.chunks.pop(0)
+        if size >= 0 and len(data) > size:
+            self.chunks.insert(0, data[size:])
+            data = data[:size]
+        return data
+
+
+def test_a_trickling_stream_is_read_in_batches_a_pause_apart_and_a_flowing_one_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    calls: list[str] = []
+    monkeypatch.setattr(stream_module.time, "sleep", lambda seconds: calls.append(f"pause {seconds}"))
+    zipped = artifacts(tmp_path)
+    header, body = zipped.split(b"\n", 1)
+    big = line({"event": "keepalive", "pad": "x" * FLOWING})  # a read this large: the stream is flowing
+    events = [line(event(n)) for n in range(1, 5)]
+    chunks = [
+        line({"status": "running"}) + events[0][:10],  # a line cut between two reads
+        events[0][10:] + events[1],
+        big,
+        events[2] + events[3] + line({"status": "successful"}) + header + b"\n" + body[:7],  # the zip cut too
+        body[7:],
+        line({"eof": True}),
+    ]
+    seen: list[dict[str, Any]] = []
+    followed = follow(Trickle(chunks, calls), tmp_path / "job", seen.append, pause_s=0.25)
+    assert followed.status == "successful"
+    assert [e["counter"] for e in seen] == [1, 2, 3, 4]
+    assert (tmp_path / "job" / "artifacts" / "rc").read_text() == "0"
+    # no pause before the first read nor after the large one; the zip's rest taken from the stream as it is
+    assert calls == ["read1", "pause 0.25", "read1", "pause 0.25", "read1", "read1", "read", "pause 0.25", "read1"]
+
+
+def test_with_no_pause_each_read_is_taken_as_it_comes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    calls: list[str] = []
+    monkeypatch.setattr(stream_module.time, "sleep", lambda seconds: calls.append(f"pause {seconds}"))
+    chunks = [line(event(1)), line(event(2)), line({"status": "failed"}) + line({"eof": True})]
+    seen: list[dict[str, Any]] = []
+    followed = follow(Trickle(chunks, calls), tmp_path / "job", seen.append, pause_s=0)
+    assert (followed.status, [e["counter"] for e in seen]) == ("failed", [1, 2])
+    assert calls == ["read1"] * 3
