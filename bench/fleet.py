@@ -475,25 +475,31 @@ def projection(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def node_local_wall(rows: list[dict[str, Any]]) -> list[str]:
-    """A node-local no-op's wall time from one control host: the service nodes' plays, then the node jobs
-    ``parallel`` at a time (32, the default, and every node at once), unless the control host's CPU is slower:
-    corectl's own process (one core: its threads share Python's lock; the processes that follow the node jobs,
-    node_local.processes, are its children and count in the rest) or all of its work over PROJECT_CORES cores."""
+    """A node-local no-op's wall time from one control host (node_local_projection), from the bench's runs."""
     last = rows[-1]["nodelocal"]
     if last.get("corectl_cpu_s") is None:
         return []
     own = slope([(row["dgx"], row["nodelocal"]["corectl_cpu_s"]) for row in rows])
     total = slope([(row["dgx"], row["nodelocal"]["cpu_s"]) for row in rows])
+    return node_local_projection(last["services_s"], last["node_job_s"], own, total)
+
+
+def node_local_projection(services_s: float, node_job_s: float, own: float, total: float) -> list[str]:
+    """A node-local no-op's wall time from one control host: the service nodes' plays (``services_s``), then the
+    node jobs (``node_job_s`` each) ``parallel`` at a time (32, the default, and every node at once), unless the
+    control host's CPU is slower: corectl's own process (``own`` CPU-s per node on one core: its threads share
+    Python's lock; the processes that follow the node jobs, node_local.processes, are its children and count in the
+    rest) or all of its work (``total`` CPU-s per node) over PROJECT_CORES cores."""
     lines = [
         "",
-        f"node-local no-op, wall time from one {PROJECT_CORES}-core control host (services {last['services_s']} s, "
-        f"a node's job {last['node_job_s']} s; corectl's own {own:.3f} CPU-s per DGX on one core, {total:.3f} "
+        f"node-local no-op, wall time from one {PROJECT_CORES}-core control host (services {services_s} s, "
+        f"a node's job {node_job_s} s; corectl's own {own:.3f} CPU-s per DGX on one core, {total:.3f} "
         "CPU-s per DGX in all), with node_local.parallel 32 | every node at once:",
     ]
     for n in PROJECT_NODES:
         cells = []
         for parallel in (32, n):
-            jobs = last["services_s"] + -(-n // parallel) * last["node_job_s"]
+            jobs = services_s + -(-n // parallel) * node_job_s
             bound = max(jobs, own * n, total * n / PROJECT_CORES)
             why = "node jobs" if bound == jobs else "corectl's one core" if bound == own * n else "control-host CPU"
             cells.append(f"{duration(bound)} (bound by {why})")

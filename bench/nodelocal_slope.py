@@ -6,7 +6,9 @@ fraction of a second. This bench keeps the lab at its size and runs node-local n
 first 1, 2, 4... DGX, in rotating order, ``--rounds`` times. Each run's record gives the control host's CPU of the
 whole run and of its part run from here (the shard's control_cpu_s); their difference is the node jobs' part,
 and its least-squares slope over the sizes is what the issue's target (0.25 CPU-s per DGX) is about. The whole
-run's slope is printed beside it.
+run's slope is printed beside it, then the last step alone (from 2 to 4 DGX: both followed by as many processes)
+and the node-local wall projection of bench/fleet.py from these slopes (the node jobs' part as all of the control
+host's CPU per node: the service nodes' part is once per run).
 
     .venv/bin/python bench/fleet.py --sizes 4 --only addnode --keep     # a converged bench lab, head + 4 DGX
     .venv/bin/python bench/nodelocal_slope.py [--sizes 1,2,4] [--rounds 2]
@@ -27,6 +29,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -85,6 +88,8 @@ def one(dgx: int, env: dict[str, str], log: Path | None, kex: str = "") -> dict[
     own = (record.get("control_cpu_s") or {}).get("corectl", 0.0)
     row = {"kex": kex or "default", "dgx": dgx, "wall": sample.wall, "cpu": sample.cpu, "here": here}
     row |= {"nodes": sample.cpu - here, "own": own}
+    jobs = sorted(s["elapsed"] for s in shards if s["name"] != "services")
+    row |= {"services_s": next(s["elapsed"] for s in shards if s["name"] == "services"), "job_s": jobs[len(jobs) // 2]}
     if log is not None:
         row["ssh"] = ssh_seconds(log)
     return row
@@ -138,6 +143,18 @@ def main() -> None:
         print(f"key exchange {kex or 'default (OpenSSH)'}: per added DGX")
         for key, what in parts:
             print(f"  {what}: {fleet.slope([(r['dgx'], r[key]) for r in mine]):.3f} CPU-s")
+        if len(sizes) > 1:  # the last step alone: both ends followed by the same number of processes
+            low, high = sizes[-2:]
+            step = [mean([r["nodes"] for r in mine if r["dgx"] == size]) for size in (low, high)]
+            print(f"  node jobs' part from {low} to {high} DGX: {(step[1] - step[0]) / (high - low):.3f} CPU-s")
+        biggest = [r for r in mine if r["dgx"] == sizes[-1]]
+        for line in fleet.node_local_projection(
+            round(mean([r["services_s"] for r in biggest]), 1),
+            round(mean([r["job_s"] for r in biggest]), 1),
+            fleet.slope([(r["dgx"], r["own"]) for r in mine]),
+            fleet.slope([(r["dgx"], r["nodes"]) for r in mine]),
+        ):
+            print(f"  {line}" if line else "")
     if ratios:
         print(f"node jobs' part, {options.kex} / default: {sum(ratios) / len(ratios):.2f} (mean of {len(ratios)})")
 
