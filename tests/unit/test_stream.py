@@ -127,3 +127,19 @@ def test_with_no_pause_each_read_is_taken_as_it_comes(tmp_path: Path, monkeypatc
     followed = follow(Trickle(chunks, calls), tmp_path / "job", seen.append, pause_s=0)
     assert (followed.status, [e["counter"] for e in seen]) == ("failed", [1, 2])
     assert calls == ["read1"] * 3
+
+
+def test_a_line_longer_than_many_reads_is_read_whole_without_pauses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    calls: list[str] = []
+    monkeypatch.setattr(stream_module.time, "sleep", lambda seconds: calls.append(f"pause {seconds}"))
+    big = {**event(1), "event_data": {"host": "dgx01", "stdout": "y" * (5 * FLOWING)}}  # a task's long output
+    data = line(big)
+    parts = [data[at : at + FLOWING] for at in range(0, len(data), FLOWING)]
+    chunks = [*parts, line(event(2)), line({"status": "successful"}) + line({"eof": True})]
+    seen: list[dict[str, Any]] = []
+    followed = follow(Trickle(chunks, calls), tmp_path / "job", seen.append)
+    assert followed.status == "successful"
+    assert seen[0] == big and [e["counter"] for e in seen] == [1, 2]
+    assert read_events(tmp_path / "job" / EVENTS) == seen
+    # the long line's full-sized reads came one after the other; its last part (shorter) was followed by a pause
+    assert calls[: len(parts)] == ["read1"] * len(parts) and calls[len(parts)] == f"pause {stream_module.PAUSE_S}"

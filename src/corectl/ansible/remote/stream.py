@@ -98,7 +98,8 @@ class _Batches:
     def __init__(self, stream: Stream, pause_s: float) -> None:
         self._stream = stream
         self._pause_s = pause_s
-        self._pending = b""
+        self._pending = bytearray()  # read, not yet handed out (a bytearray: a long line grows in place)
+        self._scanned = 0  # how much of it holds no newline
         self._flowing = True  # (the first read waits for nothing)
         self._eof = False
 
@@ -106,12 +107,16 @@ class _Batches:
         """The complete lines that have arrived (at least one; a last line cut short at the stream's end as it
         is), [] at the end."""
         while True:
-            cut = self._pending.rfind(b"\n") + 1
+            cut = self._pending.rfind(b"\n", self._scanned) + 1
             if cut:
-                lines, self._pending = self._pending[:cut].splitlines(keepends=True), self._pending[cut:]
+                lines = bytes(self._pending[:cut]).splitlines(keepends=True)
+                del self._pending[:cut]
+                self._scanned = 0
                 return lines
+            self._scanned = len(self._pending)
             if self._eof:
-                last, self._pending = self._pending, b""
+                last = bytes(self._pending)
+                self._pending.clear()
                 return [last] if last else []
             if not self._flowing and self._pause_s:
                 time.sleep(self._pause_s)
@@ -123,15 +128,19 @@ class _Batches:
     def rest(self, after: list[bytes]) -> io.RawIOBase:
         """The stream's raw bytes from here (the artifacts' zip): ``after`` (the batch's lines not read, given back)
         and what is pending come first."""
-        self._pending = b"".join(after) + self._pending
+        self._pending[:0] = b"".join(after)
+        self._scanned = 0
         return _Rest(self)
 
     def read(self, size: int) -> bytes:
         """``size`` bytes (fewer only at the stream's end; all that is left for -1): the pending ones first."""
+        self._scanned = 0
         if size < 0:
-            taken, self._pending = self._pending, b""
+            taken = bytes(self._pending)
+            self._pending.clear()
             return taken + self._stream.read()
-        taken, self._pending = self._pending[:size], self._pending[size:]
+        taken = bytes(self._pending[:size])
+        del self._pending[:size]
         return taken + self._stream.read(size - len(taken)) if len(taken) < size else taken
 
 
