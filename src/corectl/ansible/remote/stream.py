@@ -65,6 +65,7 @@ def follow(
             if not lines:
                 return Followed("error", "the worker's stream ended before its eof")
             kept: list[dict[str, Any]] = []
+            written: list[bytes] = []
             ended: Followed | None = None
             for at, line in enumerate(lines):
                 try:
@@ -78,24 +79,28 @@ def follow(
                 if "status" in data:
                     status = str(data["status"])
                 elif "zipfile" in data:  # its bytes follow the line: the lines after it were not lines
-                    _unpack(reader.rest(lines[at + 1 :]), int(data["zipfile"]), job_dir / "artifacts")
+                    reader.give_back(lines[at + 1 :])
+                    _unpack(reader, int(data["zipfile"]), job_dir / "artifacts")
                     break
                 elif "eof" in data:
                     ended = Followed(status)
                     break
                 elif data.get("event") != "keepalive" and data.get("counter") and data.get("uuid"):
                     kept.append(data)
-                    events.write(line if line.endswith(b"\n") else line + b"\n")
+                    written.append(line if line.endswith(b"\n") else line + b"\n")
+            events.write(b"".join(written))
             for data in kept:
                 on_event(data)
             if ended is not None:
                 return ended
 
 
-class _Batches:
-    """A stream's complete lines, read in what has arrived (see PAUSE_S), and the raw bytes after a line."""
+class _Batches(io.RawIOBase):
+    """A stream's complete lines, read in what has arrived (see PAUSE_S); read as a file, the raw bytes after the
+    lines handed out (what ansible-runner's unstream_dir reads the artifacts' zip from)."""
 
     def __init__(self, stream: Stream, pause_s: float) -> None:
+        super().__init__()
         self._stream = stream
         self._pause_s = pause_s
         self._pending = bytearray()  # read, not yet handed out (a bytearray: a long line grows in place)
@@ -125,39 +130,24 @@ class _Batches:
             self._eof = not chunk
             self._pending += chunk
 
-    def rest(self, after: list[bytes]) -> io.RawIOBase:
-        """The stream's raw bytes from here (the artifacts' zip): ``after`` (the batch's lines not read, given back)
-        and what is pending come first."""
-        self._pending[:0] = b"".join(after)
+    def give_back(self, lines: list[bytes]) -> None:
+        """Lines handed out but not lines (the bytes after a zipfile line): read again first."""
+        self._pending[:0] = b"".join(lines)
         self._scanned = 0
-        return _Rest(self)
-
-    def read(self, size: int) -> bytes:
-        """``size`` bytes (fewer only at the stream's end; all that is left for -1): the pending ones first."""
-        self._scanned = 0
-        if size < 0:
-            taken = bytes(self._pending)
-            self._pending.clear()
-            return taken + self._stream.read()
-        taken = bytes(self._pending[:size])
-        del self._pending[:size]
-        return taken + self._stream.read(size - len(taken)) if len(taken) < size else taken
-
-
-class _Rest(io.RawIOBase):
-    """The raw bytes after a line, as a file (what ansible-runner's unstream_dir reads the zip from)."""
-
-    def __init__(self, batches: _Batches) -> None:
-        super().__init__()
-        self._batches = batches
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self._batches.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        """As many bytes as ``buffer`` holds (fewer only at the stream's end): the pending ones first."""
+        size = len(buffer)
+        taken = bytes(self._pending[:size])
+        del self._pending[:size]
+        self._scanned = 0
+        if len(taken) < size:
+            taken += self._stream.read(size - len(taken))
+        buffer[: len(taken)] = taken
+        return len(taken)
 
 
 def _unpack(stream: io.RawIOBase, length: int, directory: Path) -> None:
