@@ -275,6 +275,12 @@ def provision_as(variant: str) -> Sample:
     return sample
 
 
+def part_times(shards: list[dict[str, Any]]) -> tuple[float, float]:
+    """A node-local run's wall seconds: its service nodes' part, and the median node job's."""
+    jobs = sorted(s["elapsed"] for s in shards if s["name"] != "services")
+    return next(s["elapsed"] for s in shards if s["name"] == "services"), jobs[len(jobs) // 2]
+
+
 def noop(tmp: Path, dgx: int) -> dict[str, Any]:
     """One no-op of each variant, in rotating order (drift in machine load hits each alike). Node-local runs
     once before (a node added since gets the control host's Ansible in it: not the steady state)."""
@@ -285,12 +291,11 @@ def noop(tmp: Path, dgx: int) -> dict[str, Any]:
         sample = stock_noop(tmp) if variant == "stock" else provision_as(variant)
         row[variant] = {"wall_s": round(sample.wall, 1), "cpu_s": round(sample.cpu, 1)}
         if variant == "nodelocal":
-            shards = sample.record["shards"]
-            nodes = [s["elapsed"] for s in shards if s["name"] != "services"]
+            services_s, node_job_s = part_times(sample.record["shards"])
             row[variant] |= {
                 "corectl_cpu_s": sample.record.get("control_cpu_s", {}).get("corectl"),
-                "services_s": round(next(s["elapsed"] for s in shards if s["name"] == "services"), 1),
-                "node_job_s": round(sorted(nodes)[len(nodes) // 2], 1),
+                "services_s": round(services_s, 1),
+                "node_job_s": round(node_job_s, 1),
             }
         print(f"  {dgx} DGX  {variant:9s} {sample.wall:6.1f} s wall  {sample.cpu:6.1f} s controller CPU", flush=True)
     floor = ssh_floor(tmp)

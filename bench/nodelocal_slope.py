@@ -88,8 +88,7 @@ def one(dgx: int, env: dict[str, str], log: Path | None, kex: str = "") -> dict[
     own = (record.get("control_cpu_s") or {}).get("corectl", 0.0)
     row = {"kex": kex or "default", "dgx": dgx, "wall": sample.wall, "cpu": sample.cpu, "here": here}
     row |= {"nodes": sample.cpu - here, "own": own}
-    jobs = sorted(s["elapsed"] for s in shards if s["name"] != "services")
-    row |= {"services_s": next(s["elapsed"] for s in shards if s["name"] == "services"), "job_s": jobs[len(jobs) // 2]}
+    row["services_s"], row["job_s"] = fleet.part_times(shards)
     if log is not None:
         row["ssh"] = ssh_seconds(log)
     return row
