@@ -132,3 +132,17 @@ def test_cancel_here_stops_every_groups_work_there():
 
     ended = followers.run_groups([[1], [2]], work, deliver, asked.is_set, stopped.set)
     assert ended == [["stopped"], ["stopped"]]
+
+
+def test_a_groups_events_go_back_in_one_batch_and_none_is_lost_when_its_work_ends(monkeypatch):
+    monkeypatch.setattr(followers, "FLUSH_S", 60.0)  # (the fork takes it along: the first event waits for others)
+
+    def work(group: list[int], send: EventSink) -> list[int]:
+        for item in range(3):
+            send({"event": "runner_on_ok", "item": item})
+        return group
+
+    batches: list[list[dict[str, Any]]] = []
+    ended = followers.run_groups([[1]], work, batches.append, lambda: False, lambda: None)
+    assert ended == [[1]]
+    assert [[e["item"] for e in batch] for batch in batches] == [[0, 1, 2]]  # sent once, as the work ended

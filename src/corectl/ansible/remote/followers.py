@@ -29,7 +29,9 @@ Result = TypeVar("Result")
 # a group's work in its own process: its items, where its events go (sent back in batches); a result per item
 Work = Callable[[list[Item], EventSink], list[Result]]
 
-FLUSH_S = 0.1  # how long a group's events wait before they are sent back together (the display redraws at 0.25 s)
+# how long a group's first waiting event waits for others before they are sent back together, one send (the live
+# display redraws every 0.25 s anyway: corectl.progress.REDRAW_S); a process with nothing to send does not wake
+FLUSH_S = 0.25
 STOP = "stop"
 
 
@@ -90,29 +92,37 @@ def run_groups(
 
 
 def _child(work: Work[Item, Result], group: list[Item], conn: Connection, stop: Callable[[], None]) -> None:
-    """A group's process: ``work`` with its events sent back every FLUSH_S, its results (or why none) last."""
+    """A group's process: ``work`` with its events sent back in batches (at most one per FLUSH_S), its results (or why
+    none) last."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
     batch: list[dict[str, Any]] = []
-    guard, done = threading.Lock(), threading.Event()
+    arrived, done = threading.Condition(), threading.Event()
 
     def send(message: tuple[str, Any]) -> None:  # (the flusher's thread, then, once it has ended, this one)
         with contextlib.suppress(OSError):
             conn.send(message)
 
     def flush() -> None:
-        with guard:
+        with arrived:
             events = batch[:]
             batch.clear()
         if events:
             send(("events", events))
 
     def add(event: dict[str, Any]) -> None:
-        with guard:
+        with arrived:
             batch.append(event)
+            if len(batch) == 1:
+                arrived.notify()
 
-    def flusher() -> None:
-        while not done.wait(FLUSH_S):
+    def flusher() -> None:  # asleep until an event waits; then FLUSH_S for the others, and one send
+        while True:
+            with arrived:
+                while not batch and not done.is_set():
+                    arrived.wait()
+            if done.wait(FLUSH_S):
+                return
             flush()
 
     def listen() -> None:  # "stop", or the run's process gone: stop this group's jobs
@@ -129,7 +139,9 @@ def _child(work: Work[Item, Result], group: list[Item], conn: Connection, stop: 
         results: list[Result] | str = work(group, add)
     except Exception as exc:  # (the work's own per-item errors are its results; this is anything else)
         results = f"{type(exc).__name__}: {exc}"
-    done.set()
+    with arrived:
+        done.set()
+        arrived.notify()
     sender.join()
     flush()
     send(("done", results))

@@ -63,6 +63,7 @@ from corectl.site.model_services import RunnerHost
 CONTROL_HOST = "control host"
 SERVICES = "services"
 FALLBACK = "control-host"
+CANCEL_S = 0.5  # how soon the node jobs running are stopped after Ctrl-C (or the run's process saying stop)
 # roles/slurm/tasks/versions.yml: the controller hands back under it what each node's check compares with
 POLICY = "corectl_slurm_policy"
 
@@ -251,11 +252,15 @@ def _summed(results: list[tuple[ShardOutcome, bool]]) -> tuple[list[ShardOutcome
 
 def _in_threads(run: _Run, nodes: list[Node], parallel: int) -> list[tuple[ShardOutcome, bool]]:
     """``nodes``' jobs, ``parallel`` at a time in this process; Ctrl-C stops them all and removes their directories."""
+    ended = threading.Event()  # a job ended: look again (not every 0.2 s of an hour-long run)
     with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="node-local") as pool:
         futures = [pool.submit(_node, run, node) for node in nodes]
+        for future in futures:
+            future.add_done_callback(lambda _future: ended.set())
         stopped: set[str] = set()
         while not all(f.done() for f in futures):
-            time.sleep(0.2)
+            ended.wait(CANCEL_S)  # (Ctrl-C is seen within CANCEL_S)
+            ended.clear()
             if run.cancel():  # every job running now, and one that started just as Ctrl-C came
                 with run.guard:
                     late = {name: job for name, job in run.active.items() if name not in stopped}
