@@ -198,3 +198,31 @@ def test_under_mitogen_runner_jobs_get_mitogen_from_their_bootstrap(monkeypatch:
     assert "collections" in jobpack.PROJECT_PARTS  # the strategy plugin travels with every job
     monkeypatch.setenv("CORECTL_ACCELERATOR", "none")
     assert fanout.runner_accelerator() is None
+
+
+def test_the_nodes_payload_is_built_once_per_version_across_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A node-local run's followers (forked processes) each need the install after an upgrade: the first builds it,
+    the others read it; another control-host version builds its own and the old one goes."""
+    import multiprocessing
+
+    built = tmp_path / "built"
+    built.mkdir()
+
+    def build(runner_dir: PurePosixPath) -> bytes:
+        (built / str(len(list(built.iterdir())))).write_text(str(runner_dir))
+        return f"payload for {runner_dir}".encode()
+
+    monkeypatch.setattr(runnerhost, "payload", build)
+    kept, install = tmp_path / "payloads", PurePosixPath("/var/lib/corectl-local")
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=runnerhost.kept_payload, args=(install, "aaaa", kept)) for _ in range(3)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    assert [p.exitcode for p in processes] == [0, 0, 0] and len(list(built.iterdir())) == 1
+    assert runnerhost.kept_payload(install, "aaaa", kept) == b"payload for /var/lib/corectl-local"
+    assert len(list(built.iterdir())) == 1  # (read, not built again)
+    assert runnerhost.kept_payload(install, "bbbb", kept) == b"payload for /var/lib/corectl-local"
+    assert len(list(built.iterdir())) == 2
+    assert [p.name.split("-")[0] for p in kept.glob("*.tar.gz")] == ["bbbb"]

@@ -130,7 +130,7 @@ def test_a_node_jobs_ssh_has_the_sites_key_exchange_and_the_nodes_own_jump_host(
     fake.write_text(f'#!/bin/sh\necho "$@" >> {said}\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    monkeypatch.setattr(nodelocal, "_payload", lambda _install_dir: b"")
+    monkeypatch.setattr(nodelocal, "_payload", lambda _run: b"")
     live = Live(RunRequest(site=site), "x1", tmp_path, Cancel())
     run = nodelocal._Run(live, cluster.config.node_local, tmp_path / "key", cluster.config.cluster.ssh, "0123abcd")
     assert nodelocal._install(run, cluster.node("dgx01")) == ""

@@ -25,7 +25,6 @@ dies mid-run fails alone (unreachable, with the reason) and the usual retry line
 
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
 import threading
@@ -63,6 +62,7 @@ from corectl.site.model_services import RunnerHost
 CONTROL_HOST = "control host"
 SERVICES = "services"
 FALLBACK = "control-host"
+PAYLOADS = "build/node-payloads"  # under the project: the nodes' install, one per control-host version
 CANCEL_S = 0.5  # how soon the node jobs running are stopped after Ctrl-C (or the run's process saying stop)
 # roles/slurm/tasks/versions.yml: the controller hands back under it what each node's check compares with
 POLICY = "corectl_slurm_policy"
@@ -84,11 +84,6 @@ def chosen(request: RunRequest, cluster: Cluster) -> list[str]:
 
 def _controller(cluster: Cluster) -> str:
     return next(n.name for n in cluster.nodes if "slurm_controller" in n.roles)
-
-
-@functools.cache
-def _payload(install_dir: str) -> bytes:
-    return runnerhost.payload(PurePosixPath(install_dir))
 
 
 def _endpoint(node: Node) -> RunnerHost:
@@ -125,6 +120,12 @@ class _Run:
 
     def cancel(self) -> bool:
         return self.live.cancel()
+
+
+def _payload(run: _Run) -> bytes:
+    """What a node's install unpacks, built once per control-host version and kept in the project's build/."""
+    install_dir = PurePosixPath(run.settings.install_dir)
+    return runnerhost.kept_payload(install_dir, run.digest, run.request.site.root / PAYLOADS)
 
 
 def _common(run: _Run, secrets: NodeSecrets | None, policy: str, base: Path) -> _Common:
@@ -172,7 +173,7 @@ def _install(run: _Run, node: Node) -> str:
     """Put the control host's ansible-core and ansible-runner on the node; '' or why not."""
     script = runnerhost.install_script(run.settings.install_dir, run.digest, "node")
     try:
-        payload = _payload(run.settings.install_dir)
+        payload = _payload(run)
         options = run.ssh.client_options(node.jump_host)
         runnerhost.run_on(run.request.site, _endpoint(node), run.key, script, payload, options)
     except CorectlError as exc:

@@ -10,9 +10,11 @@ and OpenSSH's client (ssh, ssh-agent).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -148,6 +150,27 @@ def payload(runner_dir: PurePosixPath) -> bytes:
         for entry in ENTRY_POINTS:
             _add(tar, f"bin/{entry}", _script(entry, runner_dir), 0o755)
     return buffer.getvalue()
+
+
+def kept_payload(runner_dir: PurePosixPath, digest: str, directory: Path) -> bytes:
+    """payload(``runner_dir``), built once per control-host version (``digest``, stamp()) and kept in ``directory``:
+    a node-local run's follower processes each need it after an upgrade, and an in-memory cache does not reach
+    processes forked before it was filled. The first to need it builds it while the others wait on the lock; a
+    payload of another version or install directory is removed then."""
+    name = f"{digest}-{hashlib.sha256(str(runner_dir).encode()).hexdigest()[:8]}.tar.gz"
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / "lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (released as the file closes)
+        kept = directory / name
+        if kept.is_file():
+            return kept.read_bytes()
+        data = payload(runner_dir)
+        for other in directory.glob("*.tar.gz"):
+            other.unlink()
+        partial = directory / f"{name}.partial"
+        partial.write_bytes(data)
+        os.replace(partial, kept)
+    return data
 
 
 def _python_check(what: str, code: int) -> str:
