@@ -28,11 +28,11 @@ def _site(prod_copy: Path, root: Path, section: str) -> Site:
     return site
 
 
-def test_off_by_default_and_on_for_every_compute_node_of_a_site_run(prod_copy: Path, root: Path):
+def test_auto_by_default_and_on_for_every_compute_node_of_a_site_run(prod_copy: Path, root: Path):
     site = Site(root=root, directory=prod_copy)
     cluster, _ = render_site(site, check_only=False)
-    assert cluster.config.node_local.mode == "off"
-    assert nodelocal.chosen(RunRequest(site=site), cluster) == []
+    assert (cluster.config.node_local.mode, cluster.config.node_local.auto_from) == ("auto", 64)
+    assert nodelocal.chosen(RunRequest(site=site), cluster) == []  # prod's 12 DGX: under auto_from
     site = _site(prod_copy, root, "node_local:\n  mode: on\n")  # YAML's bare on is a boolean: read as meant
     cluster, _ = render_site(site, check_only=False)
     assert cluster.config.node_local.mode == "on"
@@ -56,11 +56,33 @@ def test_auto_turns_on_from_a_node_count(prod_copy: Path, root: Path):
 def test_node_local_runs_log_in_as_root_with_the_site_key(prod_copy: Path):
     cluster_yml = prod_copy / "cluster.yml"
     text = cluster_yml.read_text().replace("    key: ~/.ssh/corectl_ed25519\n", "")
-    cluster_yml.write_text(text.replace("    user: root\n", "    user: admin\n", 1) + "node_local:\n  mode: auto\n")
+    cluster_yml.write_text(text.replace("    user: root\n", "    user: admin\n", 1) + "node_local:\n  mode: 'on'\n")
     result = CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)])
     assert result.exit_code == 2
     assert "node_local.mode: node-local runs need cluster.ssh.key" in result.output
     assert "cluster.ssh.user: node-local runs log in as root (cluster.ssh.user is 'admin')" in result.output
+
+
+def test_auto_leaves_a_site_it_can_not_reach_or_with_runners_on_this_host(prod_copy: Path, root: Path):
+    """auto (the default) never refuses a site: one without root and the site's key, or with runners, runs from the
+    control host, and a run auto would have made node-local says why in one line."""
+    cluster_yml = prod_copy / "cluster.yml"
+    admin = cluster_yml.read_text().replace("    user: root\n", "    user: admin\n", 1)
+    cluster_yml.write_text(admin + "node_local:\n  mode: auto\n  auto_from: 3\n")
+    assert CliRunner().invoke(app, ["validate", "--inventory", str(prod_copy)]).exit_code == 0
+    site = Site(root=root, directory=prod_copy)
+    cluster, _ = render_site(site, check_only=False)
+    request = RunRequest(site=site)
+    assert nodelocal.chosen(request, cluster) == []
+    why = "cluster.ssh.user: node-local runs log in as root (cluster.ssh.user is 'admin')"
+    assert nodelocal.auto_declined(request, cluster) == why
+    assert nodelocal.auto_declined(RunRequest(site=site, limit="head01,dgx01"), cluster) == ""  # under auto_from
+    cluster_yml.write_text(admin.replace("    user: admin\n", "    user: root\n", 1) + "node_local:\n  mode: auto\n")
+    site = _site(prod_copy, root, "  auto_from: 3\ncontrol:\n  runners:\n    - {name: r1, host: 10.0.0.9}\n")
+    cluster, _ = render_site(site, check_only=False)
+    assert cluster.config.control is not None
+    assert nodelocal.chosen(RunRequest(site=site), cluster) == []  # the site's runners run it
+    assert nodelocal.auto_declined(RunRequest(site=site), cluster) == ""
 
 
 def test_the_job_command_refuses_another_python_then_a_stale_install(tmp_path: Path):
@@ -148,3 +170,29 @@ def test_a_node_jobs_ssh_has_the_sites_key_exchange_and_the_nodes_own_jump_host(
     assert hosts["vars"]["ansible_ssh_common_args"] == kex
     assert hosts["hosts"]["dgx07"]["ansible_ssh_common_args"] == f"{kex} -o ProxyJump=admin@bastion2"
     assert "ansible_ssh_common_args" not in hosts["hosts"]["dgx01"]
+
+
+def test_provision_says_in_one_line_why_auto_runs_from_here(
+    prod_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The line comes before the run, which goes from here (a stand-in for corectl.ansible.run sees no node-local)."""
+    from corectl import ansible, secrets
+    from corectl.ansible.events import RunResult
+
+    cluster_yml = prod_copy / "cluster.yml"
+    cluster_yml.write_text(
+        cluster_yml.read_text().replace("    user: root\n", "    user: admin\n", 1) + "node_local:\n  auto_from: 3\n"
+    )
+    monkeypatch.setattr(secrets, "check", lambda _site: None)  # prod's Ceph and BMC secrets are not the point here
+    ran: list[RunRequest] = []
+
+    def run(request: RunRequest, _sink: object, *, cluster: object) -> RunResult:
+        ran.append(request)
+        return RunResult("successful", 0, {}, tmp_path, 0.0)
+
+    monkeypatch.setattr(ansible, "run", run)
+    result = CliRunner().invoke(app, ["provision", "--inventory", str(prod_copy)])
+    assert result.exit_code == 0, result.output
+    line = "node_local auto: this run goes from the control host (cluster.ssh.user: node-local runs log in as root"
+    assert result.output.startswith(line), result.output
+    assert len(ran) == 1 and ran[0].fan_out

@@ -33,10 +33,16 @@ __all__ = [
     "RunResult",
     "changed_paths",
     "failure_detail",
+    "node_local_declined",
     "reported_change",
     "run",
     "run_standalone",
 ]
+
+
+def node_local_declined(request: RunRequest, cluster: Cluster) -> str:
+    """Why a run that node_local auto would run node-local goes from this host (the site's unmet need), or ""."""
+    return nodelocal.auto_declined(request, cluster)
 
 
 def run(request: RunRequest, sink: EventSink | None = None, *, cluster: Cluster | None = None) -> RunResult:

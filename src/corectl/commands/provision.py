@@ -42,6 +42,9 @@ def provision(
         diff=diff,
         fan_out=not local,
     )
+    declined = ansible.node_local_declined(request, cluster)
+    if declined:
+        console.print(f"node_local auto: this run goes from the control host ({declined})", highlight=False)
     expected = expected_from_history(site, command, playbook, tags=tags, check=check)
     with LiveProgress(console, f"{command} {site.name}", expected) as progress:
 

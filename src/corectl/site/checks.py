@@ -219,9 +219,13 @@ def _check_control(config: ClusterConfig) -> list[Problem]:
 
 
 def _check_node_local(config: ClusterConfig) -> list[Problem]:
-    """Node-local jobs log in with the site's key as root: they install under /var/lib and run as the login user."""
-    if config.node_local.mode == "off":
-        return []
+    """node_local.mode "on" is refused on a site that can not run node-local (auto runs such a site from here)."""
+    return node_local_needs(config) if config.node_local.mode == "on" else []
+
+
+def node_local_needs(config: ClusterConfig) -> list[Problem]:
+    """What node-local jobs need of the site, unmet: they log in with the site's key as root (they install under
+    /var/lib and run as the login user)."""
     problems: list[Problem] = []
     if config.cluster.ssh.key is None:
         needs = "node-local runs need cluster.ssh.key (the key their jobs use)"

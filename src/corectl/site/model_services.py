@@ -196,10 +196,10 @@ class NodeLocal(Strict):
     against itself, its job sent by the control host through ansible-runner's worker."""
 
     mode: Literal["off", "on", "auto"] = Field(
-        "off",
+        "auto",
         description="off: every run from the control host (or its runners); on: node-local for the compute "
-        "nodes of every site.yml run that includes the controller; auto: on when such a run reaches at least "
-        "auto_from compute nodes",
+        "nodes of every site.yml run that includes the controller; auto (default): on when such a run reaches at "
+        "least auto_from compute nodes, the site has no runners, and its nodes take the site's key as root",
     )
     auto_from: int = Field(64, ge=1, le=1_000_000, description="compute nodes from which auto turns node-local on")
     parallel: int = Field(32, ge=1, le=4096, description="node jobs running at once")

@@ -56,8 +56,10 @@ from corectl.ansible.runner import here, site_build
 from corectl.bootstrap import key_path
 from corectl.errors import CorectlError
 from corectl.secrets import NodeSecrets, ceph_clients, node_secrets
+from corectl.site.checks import node_local_needs
 from corectl.site.model import Cluster, Node, NodeLocal, SshAccess
 from corectl.site.model_services import RunnerHost
+from corectl.site.yamlsrc import dotted
 
 CONTROL_HOST = "control host"
 SERVICES = "services"
@@ -70,6 +72,27 @@ POLICY = "corectl_slurm_policy"
 
 def chosen(request: RunRequest, cluster: Cluster) -> list[str]:
     """The compute nodes this run runs node-local; [] for a run from this host (or its runners)."""
+    nodes = _eligible(request, cluster)
+    if cluster.config.node_local.mode == "auto" and (cluster.config.control is not None or declined(cluster)):
+        return []  # auto leaves a site with runners on them, and a site node-local can not reach on this host
+    return nodes
+
+
+def declined(cluster: Cluster) -> str:
+    """Why node-local runs can not reach this site's nodes (its first unmet need as `field: why`), or ""."""
+    needs = node_local_needs(cluster.config)
+    return f"{dotted(needs[0].path)}: {needs[0].message}" if needs else ""
+
+
+def auto_declined(request: RunRequest, cluster: Cluster) -> str:
+    """Why a run that auto would make node-local runs from this host instead: the site's unmet need, or ""."""
+    if cluster.config.node_local.mode != "auto" or cluster.config.control is not None:
+        return ""
+    return declined(cluster) if _eligible(request, cluster) else ""
+
+
+def _eligible(request: RunRequest, cluster: Cluster) -> list[str]:
+    """The run's compute nodes when its mode, playbook and size call for node-local, whatever the site allows."""
     settings = cluster.config.node_local
     if settings.mode == "off" or request.playbook != "site.yml" or not request.fan_out:
         return []
