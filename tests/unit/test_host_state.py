@@ -66,3 +66,25 @@ def test_only_installed_packages_count():
     # dpkg-query -W -f='${db:Status-Status} ${Package}\n': removed packages keep their configuration files
     listing = "installed munge\nconfig-files slurmd\ninstalled chrony\nhalf-installed rsyslog\ninstalled munge\n"
     assert host_state.installed(listing) == ["chrony", "munge"]
+
+
+def test_the_time_zone_is_where_localtime_links_into_zoneinfo(tmp_path):
+    """As timedatectl reports it: Debian links /etc/localtime to /usr/share/zoneinfo/<zone>; anything else is ""
+    (the role base then runs its timezone module, which decides)."""
+    linked = tmp_path / "localtime"
+    linked.symlink_to("/usr/share/zoneinfo/Europe/Berlin")
+    assert host_state.timezone(str(linked)) == "Europe/Berlin"
+    relative = tmp_path / "relative"
+    relative.symlink_to("../usr/share/zoneinfo/Etc/UTC")
+    assert host_state.timezone(str(relative)) == "Etc/UTC"
+    copied = tmp_path / "copied"
+    copied.write_bytes(b"TZif2")
+    assert host_state.timezone(str(copied)) == ""
+    assert host_state.timezone(str(tmp_path / "absent")) == ""
+
+
+def test_the_host_names_are_the_kernels_and_etc_hostnames():
+    import socket
+
+    names = host_state.host_names()
+    assert len(names) == 2 and names[0] == socket.gethostname()
