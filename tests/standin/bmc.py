@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,7 @@ def _advertise_reset_types(response: flask.Response) -> flask.Response:
     return response
 
 
-def serve_redfish(args: argparse.Namespace, power: DockerPower, password: str, stop: threading.Event) -> None:
+def serve_redfish(args: argparse.Namespace, power: DockerPower, password: str, stop: Callable[[], None]) -> None:
     tmpdir = tempfile.mkdtemp(prefix="corectl-bmc-")  # mode 0700
     try:
         auth_file = Path(tmpdir) / "htpasswd"
@@ -214,7 +215,7 @@ def serve_redfish(args: argparse.Namespace, power: DockerPower, password: str, s
         server = make_server(args.address, args.port, app, threaded=True)
         threading.Thread(target=server.serve_forever, name="redfish", daemon=True).start()
         announce(args)
-        stop.wait()
+        stop()
         server.shutdown()
         server.server_close()
     finally:
@@ -254,7 +255,7 @@ class DockerIpmiBmc(ipmi_bmc.Bmc):
         return session.send_ipmi_response(code=code)
 
 
-def serve_ipmi(args: argparse.Namespace, power: DockerPower, password: str, stop: threading.Event) -> None:
+def serve_ipmi(args: argparse.Namespace, power: DockerPower, password: str, stop: Callable[[], None]) -> None:
     # pyghmi wakes its IO thread with a datagram to its own socket at session.myself, which it sets to
     # ::1 or ::ffff:127.0.0.1 (127.0.0.1 for an IPv4 socket); ours is bound to args.address only, so
     # those wake-ups would be lost or reach another listener: aim them at our address instead.
@@ -262,8 +263,24 @@ def serve_ipmi(args: argparse.Namespace, power: DockerPower, password: str, stop
     bmc = DockerIpmiBmc(power, args.user, password, args.address, args.port)
     threading.Thread(target=bmc.listen, name="ipmi", daemon=True).start()
     announce(args)
-    stop.wait()
+    stop()
     bmc.serversocket.close()
+
+
+def stop_signal() -> Callable[[], None]:
+    """What blocks until SIGTERM or SIGINT has come (also one that came before it is called). The signals reach it
+    through Python's wakeup fd, a pipe: no lock is taken in a signal handler. (An Event set by the handler could
+    deadlock: the handler runs in the main thread, which may hold the Event's lock in its own wait.)"""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)  # the wakeup fd has the signal's number; nothing else to do
+
+    def wait() -> None:
+        os.read(read_end, 1)
+
+    return wait
 
 
 def announce(args: argparse.Namespace) -> None:
@@ -287,12 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         logging.basicConfig(level=logging.WARNING, format="bmc: %(name)s %(message)s")
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no per-request lines
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     power = DockerPower(args.container)
     serve = serve_redfish if args.protocol == "redfish" else serve_ipmi
-    serve(args, power, password, stop)
+    serve(args, power, password, stop_signal())
     LOG.info("stopped")
     return 0
 
