@@ -53,7 +53,9 @@ class Cancel:
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
-        self.requested = threading.Event()
+        # a plain flag, not an Event: the signal handler sets it in the main thread, which may be inside an Event's
+        # own lock at that moment (a handler taking that lock again would never return)
+        self._requested = False
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
@@ -71,14 +73,18 @@ class Cancel:
         if signum == signal.SIGHUP:
             _detach_terminal()
         self.signum = self.signum or signum
-        self.requested.set()
+        self.request()
+
+    def request(self) -> None:
+        """Cancel the run (as a signal does): from any thread, or a node-local follower's process."""
+        self._requested = True
 
     @property
     def exit_code(self) -> int:
         return 128 + (self.signum or signal.SIGINT)
 
     def __call__(self) -> bool:
-        return self.requested.is_set()
+        return self._requested
 
 
 def _detach_terminal() -> None:

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 # Every stand-in tool imports this module, and the health check starts several of them on every run: what only
-# some functions need (socket, uuid, tempfile, shutil, threading) is imported there, not here.
+# some functions need (socket, uuid, tempfile, shutil) is imported there, not here.
 if TYPE_CHECKING:
-    import threading
     from typing import Any
 
 DEFAULT_MODEL = "NVIDIA H100 80GB HBM3"
@@ -575,35 +574,30 @@ def gpu_clients(state: dict[str, Any]) -> list[str]:
     return clients
 
 
-_TERMINATED: list[threading.Event] = []  # made by the first daemon call (threading only where it is needed)
-
-
-def _terminated() -> threading.Event:
-    if not _TERMINATED:
-        import threading
-
-        _TERMINATED.append(threading.Event())
-    return _TERMINATED[0]
+_TERMINATED: list[int] = []  # the read end of the pipe a stop signal is written to (catch_termination)
 
 
 def catch_termination() -> None:
     """Catch SIGTERM/SIGINT from now on: a daemon calls this before it changes any state, so a
-    signal during start-up still ends in its clean shutdown (as the real daemons do)."""
-    terminated = _terminated()
-
-    def stop(_signum: int, _frame: object) -> None:
-        terminated.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal during start-up still ends in its clean shutdown (as the real daemons do). The signal's
+    number reaches run_until_terminated through Python's wakeup fd, a pipe: no lock is taken in a
+    signal handler (an Event set there could deadlock against the main thread's own wait on it)."""
+    if _TERMINATED:
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    _TERMINATED.append(read_end)
 
 
 def run_until_terminated(on_exit: Callable[[], None]) -> int:
-    """Block until SIGTERM/SIGINT, run on_exit, return 0 (the daemons' foreground loop)."""
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        catch_termination()
+    """Block until SIGTERM/SIGINT (also one that came since catch_termination), run on_exit, return 0 (the daemons'
+    foreground loop)."""
+    catch_termination()
     try:
-        _terminated().wait()
+        os.read(_TERMINATED[0], 1)
     finally:
         on_exit()
     return 0

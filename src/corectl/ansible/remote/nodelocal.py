@@ -253,7 +253,7 @@ def _nodes(run: _Run, nodes: list[Node]) -> tuple[list[ShardOutcome], list[str]]
             run.live(event)
 
     groups = followers.split(nodes, count)
-    ended = followers.run_groups(groups, work, deliver, run.cancel, run.live.cancel.requested.set)
+    ended = followers.run_groups(groups, work, deliver, run.cancel, run.live.cancel.request)
     by_name: dict[str, tuple[ShardOutcome, bool]] = {}
     for group, results in zip(groups, ended, strict=True):
         if isinstance(results, str):  # its process died: every node of its group failed, with why
