@@ -72,23 +72,24 @@ POLICY = "corectl_slurm_policy"
 
 def chosen(request: RunRequest, cluster: Cluster) -> list[str]:
     """The compute nodes this run runs node-local; [] for a run from this host (or its runners)."""
-    nodes = _eligible(request, cluster)
-    if cluster.config.node_local.mode == "auto" and (cluster.config.control is not None or declined(cluster)):
-        return []  # auto leaves a site with runners on them, and a site node-local can not reach on this host
-    return nodes
-
-
-def declined(cluster: Cluster) -> str:
-    """Why node-local runs can not reach this site's nodes (its first unmet need as `field: why`), or ""."""
-    needs = node_local_needs(cluster.config)
-    return f"{dotted(needs[0].path)}: {needs[0].message}" if needs else ""
+    return _route(request, cluster)[0]
 
 
 def auto_declined(request: RunRequest, cluster: Cluster) -> str:
     """Why a run that auto would make node-local runs from this host instead: the site's unmet need, or ""."""
-    if cluster.config.node_local.mode != "auto" or cluster.config.control is not None:
-        return ""
-    return declined(cluster) if _eligible(request, cluster) else ""
+    return _route(request, cluster)[1]
+
+
+def _route(request: RunRequest, cluster: Cluster) -> tuple[list[str], str]:
+    """The nodes this run runs node-local, and why auto runs from here a run it would make node-local (or "").
+    auto leaves a site with runners on them, and a site node-local jobs can not reach on this host."""
+    nodes = _eligible(request, cluster)
+    if not nodes or cluster.config.node_local.mode != "auto":
+        return nodes, ""
+    if cluster.config.control is not None:
+        return [], ""
+    needs = node_local_needs(cluster.config)
+    return ([], f"{dotted(needs[0].path)}: {needs[0].message}") if needs else (nodes, "")
 
 
 def _eligible(request: RunRequest, cluster: Cluster) -> list[str]:
